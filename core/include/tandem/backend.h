@@ -1,0 +1,86 @@
+// A device backend: memory, copies and the core ops of the Nemotron-H forward pass.
+// Owner: the registry creates one Backend per device; the Model borrows it. Tensors passed to ops
+// live in memory this backend allocated (or host memory for the CPU backend).
+// Thread: one thread drives a backend at a time (the engine thread). Sync: ops are queued in stream
+// order and return without synchronizing; only download() and synchronize() wait.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+// MoE routing parameters of one layer (spec/nemotron_h.md § 5).
+struct RouteParams {
+  int n_experts = 0;       // E
+  int top_k = 0;           // k
+  int n_group = 1;         // group-limited routing: groups of E/n_group experts
+  int topk_group = 1;      // groups kept
+  bool norm_topk_prob = true;
+  float scaling = 1.0f;    // routed_scaling_factor
+};
+
+// Sampling parameters. temperature 0 = greedy (argmax, lowest id on ties).
+struct SamplingParams {
+  float temperature = 0.0f;
+  int top_k = 0;           // 0 = off
+  float top_p = 1.0f;      // 1 = off
+  float min_p = 0.0f;      // 0 = off
+  uint64_t seed = 0;
+};
+
+// A small deterministic generator (splitmix64) so that one seed gives one text on every backend.
+struct Rng {
+  uint64_t state = 0;
+  explicit Rng(uint64_t seed = 0) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string device() const = 0;  // "cpu", "cuda"
+  // Worker threads for host-side work; 0 = the machine's cores.
+  virtual void set_threads(int n) { (void)n; }
+
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+  // y = w ⊙ (x · rsqrt(mean(x²) + eps)) per row; x, y [n, D] f32 (may alias); w [D].
+  virtual void rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) = 0;
+  // Mamba2 gated norm: u = y ⊙ silu(z); each row split into `groups` contiguous groups, each
+  // RMS-normalized on its own; out = w ⊙ u. y, z, out [n, D]; w [D].
+  virtual void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
+                              const Tensor& out) = 0;
+  // out = a + b, elementwise (out may alias a or b).
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // x = relu(x)² in place.
+  virtual void relu2(const Tensor& x) = 0;
+  // Causal GQA attention without positional encoding. q [n, nq·hd], k/v [n, nkv·hd] are the new
+  // tokens at positions pos0 .. pos0+n−1; they are written into the caches (rows of nkv·hd) at those
+  // positions first. Query i attends to cache rows 0 .. pos0+i. Softmax in fp32, scale hd^−0.5.
+  // out [n, nq·hd]. Each row's result is independent of n (batch invariance).
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache,
+                         float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
+                         const Tensor& out) = 0;
+  // Sigmoid router: s = sigmoid(logits); selection by s + bias (bias may be null) with
+  // group-limited routing; weights from s, renormalized if asked, times scaling.
+  // logits [n, E]; ids/weights [n, k], ordered by descending selection score (ties: lower id).
+  virtual void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
+                         float* weights) = 0;
+  // Picks one token from logits [V] (host or device memory of this backend).
+  virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) = 0;
+};
+
+}  // namespace tandem

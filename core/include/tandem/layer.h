@@ -1,0 +1,74 @@
+// Mixers (one per layer kind) and the layer plugins that make them.
+// Owner: the Model owns its Mixers; a Sequence owns one LayerState per layer. A Mixer keeps only
+// weights and scratch, all per-sequence data lives in its LayerState.
+// Thread: one thread runs a forward at a time. Sync: forward/commit queue work on the backend's
+// stream and do not synchronize.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/backend.h"
+#include "tandem/model_config.h"
+#include "tandem/weights.h"
+
+namespace tandem {
+
+// Prefill may use faster kernels (chunked scan) than verify; verify of n tokens must compute, for
+// every position, bit for bit what n single-token verify steps compute.
+enum class ForwardMode { Prefill, Verify };
+
+struct ForwardInfo {
+  int64_t pos0 = 0;  // position of the first token (tokens already committed to the state)
+  int n = 0;         // tokens in this pass
+  ForwardMode mode = ForwardMode::Verify;
+};
+
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+  // Bytes this state holds on its device.
+  virtual size_t bytes() const = 0;
+};
+
+class Mixer {
+ public:
+  virtual ~Mixer() = default;
+  // A fresh (empty) per-sequence state able to hold `max_tokens` positions.
+  virtual std::unique_ptr<LayerState> new_state(int64_t max_tokens) const = 0;
+  // x: normed layer input [n, H]; out: mixer output [n, H] (the Block adds the residual).
+  // Reads the committed state and leaves it unchanged until commit().
+  virtual void forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) = 0;
+  // Accept the first n_accepted tokens of the last forward: the state afterwards is exactly what
+  // n_accepted single-token steps would have left. After a Prefill, n_accepted must be info.n.
+  virtual void commit(LayerState& state, const ForwardInfo& last, int n_accepted) = 0;
+};
+
+// Loads the weights of one layer by names relative to the layer's mixer prefix
+// ("in_proj" → "backbone.layers.3.mixer.in_proj"). Shape mismatches and missing tensors are errors
+// that name the tensor.
+class WeightLoader {
+ public:
+  virtual ~WeightLoader() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // A weight with the given PyTorch shape ([out, in] for a linear).
+  virtual std::unique_ptr<QuantizedTensor> tensor(const std::string& name,
+                                                  const std::vector<int64_t>& shape) = 0;
+  // A small tensor as f32 host memory. The stored shape must equal `shape` once dimensions of size 1
+  // are dropped from both (HF conv1d [C, 1, K] and GGUF {K, C} both read as {C, K}).
+  virtual std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape) = 0;
+  // The full name of a relative name, for messages.
+  virtual std::string full_name(const std::string& name) const = 0;
+};
+
+// What a layer plugin provides (kind TANDEM_KIND_LAYER): mixers of one layer kind on one device.
+class LayerFactory {
+ public:
+  virtual ~LayerFactory() = default;
+  virtual LayerKind kind() const = 0;
+  virtual std::unique_ptr<Mixer> create(const LayerDesc& desc, int hidden, WeightLoader& weights,
+                                        Backend& backend) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,74 @@
+// The plugin registry: loads plugin modules with Boost.DLL, checks their ABI, and hands out the
+// objects they provide by kind, name and device.
+// Owner: the registry owns the loaded libraries and keeps them loaded for its lifetime; objects it
+// hands out hold a reference that keeps their library loaded. Thread: load on one thread; lookups
+// after loading may come from any thread. Sync: none.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/plugin_abi.h"
+
+namespace tandem {
+
+class Backend;
+class WeightFormat;
+class LayerFactory;
+
+struct ProviderInfo {
+  tandem_kind kind;
+  std::string name;
+  std::string device;   // "" when device-neutral
+  std::string plugin;   // plugin name
+  std::string file;     // the module it came from
+  int score = 1;
+};
+
+class TANDEM_API PluginRegistry {
+ public:
+  PluginRegistry();
+  ~PluginRegistry();
+  PluginRegistry(const PluginRegistry&) = delete;
+  PluginRegistry& operator=(const PluginRegistry&) = delete;
+
+  // TANDEM_PLUGIN_PATH (':'-separated directories or module files) first, then the directory the
+  // core library was built or installed with (lib/tandem/plugins beside libtandem-core.so).
+  void load_default();
+  // Every "libtandem-*.so" in `dir`, in name order. A missing directory is an error.
+  void load_directory(const std::string& dir);
+  // One module. Errors: not loadable, no entry point, ABI mismatch, init failure, a provider that
+  // another module already registered under the same kind, name and device. A module whose score is
+  // 0 is skipped (it cannot run here) and noted in skipped().
+  void load_file(const std::string& path);
+
+  const std::vector<ProviderInfo>& providers() const;
+  const std::vector<std::string>& skipped() const;
+  std::string default_plugin_dir() const;
+
+  // Lookups. Each throws a one-line error naming what was asked and what is available.
+  std::shared_ptr<Backend> backend(const std::string& device);
+  std::shared_ptr<LayerFactory> layer(const std::string& name, const std::string& device);
+  std::shared_ptr<WeightFormat> format(const std::string& name);
+  // All formats, with their names, in registration order.
+  std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<void> create(tandem_kind kind, const std::string& name, const std::string& device);
+};
+
+// Defines tandem_plugin_entry for a plugin from a static provider table. Use once per module:
+//   static const tandem_provider kProviders[] = {{TANDEM_KIND_FORMAT, "safetensors", "", make, drop}};
+//   TANDEM_DEFINE_PLUGIN("safetensors", "0.1.0", nullptr, kProviders)
+#define TANDEM_DEFINE_PLUGIN(NAME, VERSION, INIT, PROVIDERS)                                     \
+  TANDEM_PLUGIN_EXPORT const tandem_plugin_desc* tandem_plugin_entry(void) {                    \
+    static const tandem_plugin_desc desc = {TANDEM_PLUGIN_ABI_VERSION, sizeof(tandem_plugin_desc), \
+                                            NAME, VERSION, INIT,                                \
+                                            uint32_t(sizeof(PROVIDERS) / sizeof(PROVIDERS[0])), \
+                                            PROVIDERS};                                         \
+    return &desc;                                                                               \
+  }
+
+}  // namespace tandem

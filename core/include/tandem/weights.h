@@ -1,0 +1,86 @@
+// Checkpoints and weight formats. A format plugin may read a container (open a path into a
+// Checkpoint of raw named tensors) and/or claim tensor groups (the tensors of one weight, e.g.
+// "backbone.layers.0.mixer.in_proj" with its ".weight", or ".trellis"/".suh"/".svh") and load them
+// into a QuantizedTensor that can multiply on a device.
+// Owner: a Checkpoint owns its mappings; RawTensors and QuantizedTensors that point into them must not
+// outlive it (the Model keeps its Checkpoint alive). Thread: loading happens on one thread; a loaded
+// QuantizedTensor's const methods may be called from any thread. Sync: matmul is queued on the
+// backend's stream and does not synchronize.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+class Backend;
+
+// A tensor as stored in a file. `dtype` is the file's own type name ("BF16", "F32", "Q8_0", …):
+// the core does not interpret it, the format that claims the tensor does.
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;  // PyTorch order (outermost first); GGUF readers reverse ggml ne
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+  std::string file;            // where it came from, for error messages
+};
+
+class Checkpoint {
+ public:
+  virtual ~Checkpoint() = default;
+  // Path the checkpoint was opened from.
+  virtual std::string path() const = 0;
+  // The architecture as an HF config.json text. A GGUF reader synthesizes one from its metadata.
+  virtual std::string config_json() const = 0;
+  virtual const std::vector<RawTensor>& tensors() const = 0;
+  // nullptr when absent. Default: linear search; readers index it.
+  virtual const RawTensor* find(const std::string& name) const;
+};
+
+// The tensors of one weight: the tensor named exactly `prefix` and those named `prefix + "." + …`.
+struct TensorGroup {
+  std::string prefix;
+  std::vector<const RawTensor*> members;
+  const RawTensor* member(const std::string& suffix) const;  // "weight" → prefix.weight; "" → exact
+  std::string describe() const;  // "prefix {weight: BF16 [64, 32], …}"
+};
+
+// A weight loaded for one device. Shapes are PyTorch order: [out, in] for a linear, [n] for a vector.
+class QuantizedTensor {
+ public:
+  virtual ~QuantizedTensor() = default;
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t rows() const { return shape_.empty() ? 0 : shape_[0]; }
+  int64_t cols() const { return shape_.size() < 2 ? 1 : shape_.back(); }
+  virtual std::string type_name() const = 0;  // "BF16", "Q4_K", …
+  virtual size_t bytes() const = 0;           // bytes read by one full pass over the weight
+
+  // y[n, out] = x[n, in] · Wᵀ. x, y f32 on the tensor's device. Validates shapes, then runs
+  // matmul_raw. Row i of y depends only on row i of x (batch invariance).
+  TANDEM_API void matmul(const Tensor& x, const Tensor& y) const;
+  // Rows `ids` of a 2-D weight as f32 [n, cols] (embedding lookup).
+  virtual void get_rows(const int32_t* ids, int n, const Tensor& out) const;
+  // The whole tensor as f32, host memory, row-major (tests, norms and other small vectors).
+  virtual void dequantize(float* out_host) const = 0;
+
+ protected:
+  virtual void matmul_raw(const Tensor& x, const Tensor& y) const = 0;
+  std::vector<int64_t> shape_;
+};
+
+class WeightFormat {
+ public:
+  virtual ~WeightFormat() = default;
+  // Container side (optional): how well this plugin reads `path` (0 = not at all), and open it.
+  virtual int probe_path(const std::string& path) const { (void)path; return 0; }
+  virtual std::unique_ptr<Checkpoint> open(const std::string& path) const;
+  // Weight side: how well this format loads the group (0 = not at all), and load it.
+  virtual int probe_group(const TensorGroup& group) const = 0;
+  virtual std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const = 0;
+};
+
+}  // namespace tandem

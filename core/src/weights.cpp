@@ -1,0 +1,52 @@
+// Base behaviour of the weight interfaces: group lookup, validation before a format's raw kernel.
+#include "tandem/weights.h"
+
+#include "tandem/error.h"
+
+namespace tandem {
+
+const RawTensor* Checkpoint::find(const std::string& name) const {
+  for (const auto& t : tensors())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const RawTensor* TensorGroup::member(const std::string& suffix) const {
+  std::string want = suffix.empty() ? prefix : prefix + "." + suffix;
+  for (const RawTensor* t : members)
+    if (t->name == want) return t;
+  return nullptr;
+}
+
+std::string TensorGroup::describe() const {
+  std::string s = "'" + prefix + "' {";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const RawTensor* t = members[i];
+    std::string rel = t->name.size() > prefix.size() ? t->name.substr(prefix.size() + 1) : "(self)";
+    s += (i ? ", " : "") + rel + ": " + t->dtype + " " + shape_str(t->shape);
+  }
+  return s + "}";
+}
+
+void QuantizedTensor::matmul(const Tensor& x, const Tensor& y) const {
+  check(shape_.size() == 2, "matmul: weight of type ", type_name(), " has shape ", shape_str(shape_),
+        ", expected 2-D [out, in]");
+  check(x.dtype == DType::F32 && y.dtype == DType::F32, "matmul: expected f32 activations, found ",
+        dtype_name(x.dtype), " -> ", dtype_name(y.dtype));
+  check(x.cols == cols(), "matmul: input has ", x.cols, " columns, weight ", shape_str(shape_),
+        " expects ", cols());
+  check(y.cols == rows() && y.rows == x.rows, "matmul: output is [", y.rows, ", ", y.cols,
+        "], expected [", x.rows, ", ", rows(), "]");
+  if (x.rows == 0) return;
+  matmul_raw(x, y);
+}
+
+void QuantizedTensor::get_rows(const int32_t*, int, const Tensor&) const {
+  fail("get_rows is not supported by weight type ", type_name());
+}
+
+std::unique_ptr<Checkpoint> WeightFormat::open(const std::string& path) const {
+  fail("this format plugin does not read containers (asked to open '", path, "')");
+}
+
+}  // namespace tandem

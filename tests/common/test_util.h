@@ -1,0 +1,30 @@
+// Helpers shared by tests: fixture paths, deterministic random data, float64 comparisons.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tandem::test {
+
+inline std::string data_path(const std::string& rel) { return std::string(TANDEM_TEST_DATA) + "/" + rel; }
+inline std::string plugin_dir() { return std::string(TANDEM_BINARY_DIR) + "/lib/tandem/plugins"; }
+
+inline std::vector<float> random_vec(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// max |a - b| over elements
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+  return m;
+}
+
+}  // namespace tandem::test
