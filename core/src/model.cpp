@@ -1,1 +1,268 @@
-// (being written)
+// Model loading (checkpoint → formats → mixers) and the one forward path.
+#include "tandem/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <spdlog/spdlog.h>
+
+#include "mixers.h"
+#include "scratch.h"
+#include "tandem/error.h"
+#include "tandem/parallel.h"
+#include "tandem/registry.h"
+#include "tandem/weights.h"
+
+namespace tandem {
+namespace {
+
+std::vector<int64_t> squeeze(const std::vector<int64_t>& s) {
+  std::vector<int64_t> out;
+  for (int64_t d : s)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
+// Name index over a checkpoint: groups are found by prefix with a binary search.
+class TensorIndex {
+ public:
+  explicit TensorIndex(const Checkpoint& c) {
+    for (const auto& t : c.tensors()) sorted_.emplace_back(t.name, &t);
+    std::sort(sorted_.begin(), sorted_.end());
+  }
+  TensorGroup group(const std::string& prefix) const {
+    TensorGroup g;
+    g.prefix = prefix;
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::make_pair(prefix, (const RawTensor*)nullptr));
+    for (; it != sorted_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      if (it->first.size() == prefix.size() || it->first[prefix.size()] == '.') g.members.push_back(it->second);
+    return g;
+  }
+  bool has(const std::string& name) const {
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::make_pair(name, (const RawTensor*)nullptr));
+    return it != sorted_.end() && it->first == name;
+  }
+
+ private:
+  std::vector<std::pair<std::string, const RawTensor*>> sorted_;
+};
+
+// Loads tensor groups through whichever format plugin claims them best.
+class GroupLoader {
+ public:
+  GroupLoader(const TensorIndex& index, std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats,
+              Backend& be, size_t& bytes)
+      : index_(index), formats_(std::move(formats)), be_(be), bytes_(bytes) {}
+
+  bool has(const std::string& name) const { return !index_.group(name).members.empty(); }
+
+  std::unique_ptr<QuantizedTensor> load(const std::string& name) {
+    TensorGroup g = index_.group(name);
+    check(!g.members.empty(), "missing tensor '", name, "' (neither '", name, "' nor '", name, ".weight' is in the checkpoint)");
+    int best = 0;
+    const WeightFormat* fmt = nullptr;
+    std::string names;
+    for (const auto& [fname, f] : formats_) {
+      names += (names.empty() ? "" : ", ") + fname;
+      int s = f->probe_group(g);
+      if (s > best) best = s, fmt = f.get();
+    }
+    if (!fmt) fail("no format plugin claims tensor group ", g.describe(), " (formats loaded: ", names, ")");
+    auto t = fmt->load(g, be_);
+    bytes_ += t->bytes();
+    return t;
+  }
+
+ private:
+  const TensorIndex& index_;
+  std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats_;
+  Backend& be_;
+  size_t& bytes_;
+};
+
+class LayerWeights : public WeightLoader {
+ public:
+  LayerWeights(GroupLoader& g, std::string prefix) : g_(g), prefix_(std::move(prefix)) {}
+  bool has(const std::string& name) const override { return g_.has(full_name(name)); }
+  std::string full_name(const std::string& name) const override { return prefix_ + name; }
+  std::unique_ptr<QuantizedTensor> tensor(const std::string& name, const std::vector<int64_t>& shape) override {
+    auto t = g_.load(full_name(name));
+    check(t->shape() == shape, "tensor '", full_name(name), "': expected shape ", shape_str(shape), ", found ",
+          shape_str(t->shape()));
+    return t;
+  }
+  std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape) override {
+    auto t = g_.load(full_name(name));
+    check(squeeze(t->shape()) == squeeze(shape), "tensor '", full_name(name), "': expected shape ", shape_str(shape),
+          ", found ", shape_str(t->shape()));
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    t->dequantize(v.data());
+    return v;
+  }
+
+ private:
+  GroupLoader& g_;
+  std::string prefix_;
+};
+
+std::unique_ptr<Buffer> upload(Backend& be, const std::vector<float>& v) {
+  auto b = be.alloc(std::max<size_t>(v.size() * sizeof(float), 64));
+  be.upload(b->data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace
+
+size_t Sequence::bytes() const {
+  size_t b = 0;
+  for (const auto& s : states) b += s->bytes();
+  return b;
+}
+
+struct Model::Impl {
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<QuantizedTensor> embed, lm_head;
+  std::unique_ptr<Buffer> norm_f;
+  std::vector<std::unique_ptr<Buffer>> norms;
+  std::vector<std::unique_ptr<Mixer>> mixers;
+  std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
+  Scratch x, h, out, logits;
+};
+
+Model::Model() : impl_(std::make_unique<Impl>()) {}
+Model::~Model() {
+  impl_->mixers.clear();  // before the factories' libraries may unload
+}
+
+std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
+  std::unique_ptr<Model> m(new Model());
+  Impl& im = *m->impl_;
+  check(std::filesystem::exists(o.path), "model path '", o.path, "' does not exist");
+
+  auto formats = reg.formats();
+  check(!formats.empty(), "no format plugins are loaded");
+  std::shared_ptr<WeightFormat> container;
+  if (o.format == "auto") {
+    int best = 0;
+    for (const auto& [name, f] : formats) {
+      int s = f->probe_path(o.path);
+      if (s > best) best = s, container = f, m->format_name_ = name;
+    }
+    check(container != nullptr, "no format plugin can read '", o.path, "'");
+  } else {
+    container = reg.format(o.format);
+    m->format_name_ = o.format;
+    check(container->probe_path(o.path) > 0, "format '", o.format, "' cannot read '", o.path, "'");
+  }
+  im.checkpoint = container->open(o.path);
+  m->desc_ = parse_model_config(im.checkpoint->config_json(), o.path + " (config)");
+  const ModelDesc& d = m->desc_;
+
+  if (o.threads >= 0) set_thread_count(o.threads);
+  m->backend_ = reg.backend(o.device);
+  Backend& be = *m->backend_;
+
+  TensorIndex index(*im.checkpoint);
+  GroupLoader loader(index, formats, be, m->weight_bytes_);
+  // NVIDIA's checkpoints say backbone.*; Puzzle releases say model.*.
+  std::string root;
+  for (const char* p : {"backbone.", "model."})
+    if (index.has(std::string(p) + "embeddings.weight") || index.has(std::string(p) + "norm_f.weight")) root = p;
+  check(!root.empty(), o.path, ": no 'backbone.embeddings.weight' or 'model.embeddings.weight' tensor");
+
+  LayerWeights top(loader, root);
+  im.embed = top.tensor("embeddings", {d.vocab, d.hidden});
+  im.norm_f = upload(be, top.vector("norm_f", {d.hidden}));
+  if (d.tie_embeddings || !loader.has("lm_head")) {
+    check(d.tie_embeddings, o.path, ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+    im.lm_head = loader.load(root + "embeddings");
+  } else {
+    LayerWeights head(loader, "");
+    im.lm_head = head.tensor("lm_head", {d.vocab, d.hidden});
+  }
+
+  std::shared_ptr<LayerFactory> mamba;
+  for (size_t i = 0; i < d.layers.size(); ++i) {
+    const LayerDesc& l = d.layers[i];
+    std::string p = root + "layers." + std::to_string(i) + ".";
+    LayerWeights lw(loader, p);
+    im.norms.push_back(upload(be, lw.vector("norm", {d.hidden})));
+    LayerWeights mw(loader, p + "mixer.");
+    switch (l.kind) {
+      case LayerKind::Mamba: {
+        if (!mamba) {
+          mamba = reg.layer(o.mamba, o.device);
+          check(mamba->kind() == LayerKind::Mamba, "layer plugin '", o.mamba, "' does not make Mamba layers");
+          im.factories.push_back(mamba);
+        }
+        LayerDesc ld = l;
+        ld.mamba.clamp_dt_prefill = o.hf_prefill_dt_clamp;
+        ld.mamba.eps = d.eps;
+        im.mixers.push_back(mamba->create(ld, d.hidden, mw, be));
+        break;
+      }
+      case LayerKind::Attention: im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be)); break;
+      case LayerKind::MoE: im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be)); break;
+      case LayerKind::MLP: im.mixers.push_back(make_mlp(l.mlp, d.hidden, mw, be)); break;
+    }
+  }
+  spdlog::info("loaded {} ({} layers, pattern {}) from '{}' via '{}' on {}: {:.1f} MiB of weights", d.model_type,
+               d.layers.size(), d.pattern(), o.path, m->format_name_, be.device(),
+               double(m->weight_bytes_) / (1 << 20));
+  return m;
+}
+
+std::unique_ptr<Sequence> Model::new_sequence(int64_t max_tokens) const {
+  check(max_tokens > 0, "context size must be positive, found ", max_tokens);
+  auto s = std::make_unique<Sequence>();
+  s->capacity = max_tokens;
+  for (const auto& mx : impl_->mixers) s->states.push_back(mx->new_state(max_tokens));
+  return s;
+}
+
+void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, std::vector<float>& logits,
+                    bool all_positions) {
+  const int64_t n = int64_t(tokens.size());
+  check(n > 0, "forward: no tokens");
+  check(seq.pos + n <= seq.capacity, "forward: ", seq.pos, " + ", n, " tokens exceed the context window of ",
+        seq.capacity);
+  for (int32_t t : tokens)
+    check(t >= 0 && t < desc_.vocab, "forward: token id ", t, " is outside the vocabulary [0, ", desc_.vocab, ")");
+  Impl& im = *impl_;
+  Backend& be = *backend_;
+  const int64_t H = desc_.hidden;
+  ForwardInfo info{seq.pos, int(n), mode};
+
+  Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
+  im.embed->get_rows(tokens.data(), int(n), x);
+  for (size_t i = 0; i < im.mixers.size(); ++i) {
+    be.rms_norm(x, static_cast<float*>(im.norms[i]->data()), desc_.eps, h);
+    im.mixers[i]->forward(h, out, *seq.states[i], info);
+    be.add(x, out, x);
+  }
+  Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
+  Tensor hn = h.slice_rows(0, last.rows);
+  be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
+  Tensor lg = im.logits.f32(be, last.rows, desc_.vocab);
+  im.lm_head->matmul(hn, lg);
+  logits.resize(size_t(lg.numel()));
+  be.download(logits.data(), lg.data, lg.nbytes());
+  seq.pending = true;
+  seq.last = info;
+}
+
+void Model::commit(Sequence& seq, int n_accepted) {
+  check(seq.pending, "commit: no forward pass to commit");
+  check(n_accepted >= 0 && n_accepted <= seq.last.n, "commit: ", n_accepted, " tokens accepted, the last pass had ",
+        seq.last.n);
+  check(seq.last.mode != ForwardMode::Prefill || n_accepted == seq.last.n,
+        "commit: a prefill must be committed whole (", seq.last.n, " tokens), not ", n_accepted);
+  for (size_t i = 0; i < impl_->mixers.size(); ++i) impl_->mixers[i]->commit(*seq.states[i], seq.last, n_accepted);
+  seq.pos += n_accepted;
+  seq.pending = false;
+}
+
+}  // namespace tandem

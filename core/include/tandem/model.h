@@ -1,0 +1,67 @@
+// A loaded Nemotron-H model and its per-sequence state: one forward path for prefill, decode and
+// verify, then commit(n).
+// Owner: the Model owns its checkpoint, weights, mixers and backend reference; a Sequence owns its
+// layer states and must not outlive the Model. Thread: one thread drives a Model at a time.
+// Sync: forward() returns host logits, so it waits for the device at its end; nothing inside does.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/backend.h"
+#include "tandem/layer.h"
+#include "tandem/model_config.h"
+
+namespace tandem {
+
+class PluginRegistry;
+class Checkpoint;
+
+struct LoadOptions {
+  std::string path;              // HF folder, a .safetensors file, or a file another format reads
+  std::string format = "auto";   // container plugin, or "auto" (highest probe_path score)
+  std::string device = "cpu";
+  int threads = 0;               // 0 = all cores
+  std::string mamba = "mamba2";  // layer plugin for M layers
+  bool hf_prefill_dt_clamp = false;  // clamp Δ ≥ time_step_min in prefill, as HF transformers does
+};
+
+struct Sequence {
+  int64_t pos = 0;        // tokens committed
+  int64_t capacity = 0;   // most tokens it can hold
+  std::vector<std::unique_ptr<LayerState>> states;
+  bool pending = false;   // a forward ran that was not committed yet
+  ForwardInfo last;
+  size_t bytes() const;
+};
+
+class TANDEM_API Model {
+ public:
+  static std::unique_ptr<Model> load(const LoadOptions& options, PluginRegistry& registry);
+  ~Model();
+
+  const ModelDesc& desc() const { return desc_; }
+  Backend& backend() { return *backend_; }
+  const std::string& format_name() const { return format_name_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  std::unique_ptr<Sequence> new_sequence(int64_t max_tokens) const;
+  // Runs `tokens` at positions seq.pos …; writes logits (f32, host) of every position
+  // ([n, vocab]) or of the last one only ([vocab]). The state stays as committed until commit().
+  void forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode,
+               std::vector<float>& logits, bool all_positions);
+  // Accepts the first n tokens of the last forward.
+  void commit(Sequence& seq, int n_accepted);
+
+ private:
+  Model();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  ModelDesc desc_;
+  std::shared_ptr<Backend> backend_;
+  std::string format_name_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace tandem

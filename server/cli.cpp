@@ -1,0 +1,108 @@
+// Command-line parsing and the profile/flag merge.
+#include "cli.h"
+
+#include <fstream>
+
+#include "tandem/error.h"
+
+namespace tandem::cli {
+
+const std::set<std::string> kModelOptions = {"config", "model", "device", "format", "threads", "context"};
+
+Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& options,
+           const std::set<std::string>& flags, const std::string& command)
+    : command_(command) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    check(a.rfind("--", 0) == 0 && a.size() > 2, "tandem ", command, ": unexpected argument '", a, "'");
+    std::string k = a.substr(2), v;
+    bool inline_value = false;
+    if (auto eq = k.find('='); eq != std::string::npos) {
+      v = k.substr(eq + 1);
+      k = k.substr(0, eq);
+      inline_value = true;
+    }
+    if (flags.count(k)) {
+      check(!inline_value, "tandem ", command, ": --", k, " takes no value");
+      flags_.insert(k);
+    } else if (options.count(k)) {
+      if (!inline_value) {
+        check(i + 1 < argv.size(), "tandem ", command, ": --", k, " needs a value");
+        v = argv[++i];
+      }
+      values_[k] = v;
+    } else {
+      fail("tandem ", command, ": unknown option '--", k, "' (see 'tandem help')");
+    }
+  }
+}
+
+std::string Args::str(const std::string& k, const std::string& def) const {
+  auto it = values_.find(k);
+  return it == values_.end() ? def : it->second;
+}
+
+long long Args::integer(const std::string& k, long long def) const {
+  if (!has(k)) return def;
+  std::string v = str(k);
+  size_t pos = 0;
+  long long r = 0;
+  try {
+    r = std::stoll(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  check(pos == v.size() && !v.empty(), "tandem ", command_, ": --", k, " expects an integer, found '", v, "'");
+  return r;
+}
+
+double Args::number(const std::string& k, double def) const {
+  if (!has(k)) return def;
+  std::string v = str(k);
+  size_t pos = 0;
+  double r = 0;
+  try {
+    r = std::stod(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  check(pos == v.size() && !v.empty(), "tandem ", command_, ": --", k, " expects a number, found '", v, "'");
+  return r;
+}
+
+Profile resolve_profile(const Args& a) {
+  Profile p;
+  if (a.has("config")) p = load_profile(a.str("config"));
+  if (a.has("model")) p.load.path = a.str("model");
+  check(!p.load.path.empty(), "no model: give --config <profile.yaml> or --model <path>");
+  p.load.device = a.str("device", p.load.device);
+  p.load.format = a.str("format", p.load.format);
+  p.load.threads = int(a.integer("threads", p.load.threads));
+  p.context = a.integer("context", p.context);
+  check(p.load.threads >= 0, "--threads must be non-negative");
+  check(p.context > 0, "--context must be positive");
+  return p;
+}
+
+std::vector<int32_t> read_tokens(const std::string& path) {
+  std::ifstream f(path);
+  check(f.good(), "token file '", path, "' cannot be read");
+  std::vector<int32_t> out;
+  std::string w;
+  while (f >> w) {
+    size_t pos = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(w, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    check(pos == w.size() && v >= 0 && v <= INT32_MAX, "token file '", path, "': '", w,
+          "' is not a token id (expected whitespace-separated non-negative integers)");
+    out.push_back(int32_t(v));
+  }
+  check(!out.empty(), "token file '", path, "' holds no tokens");
+  return out;
+}
+
+}  // namespace tandem::cli
