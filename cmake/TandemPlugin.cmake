@@ -12,6 +12,6 @@ function(tandem_add_plugin target)
     LIBRARY_OUTPUT_DIRECTORY ${TANDEM_PLUGIN_OUTPUT_DIR}
     BUILD_RPATH "$ORIGIN/../..")
   target_link_options(${target} PRIVATE
-    "-Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/plugin.map" "-Wl,--no-undefined")
+    "-Wl,--version-script=${CMAKE_CURRENT_FUNCTION_LIST_DIR}/plugin.map" "-Wl,--no-undefined")
   set_property(GLOBAL APPEND PROPERTY TANDEM_PLUGINS ${target})
 endfunction()

@@ -2,6 +2,7 @@
 #include "tandem/model_config.h"
 
 #include <optional>
+#include <set>
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
@@ -163,13 +164,15 @@ void fill_layer(LayerDesc& l, const Fields& f, int hidden) {
   }
 }
 
-// A Puzzle block over the top-level config: the block's fields win.
-rapidjson::Document merged(const Obj& top, const Obj& block) {
+// A Puzzle block over the top-level config. Like the remote-code config (`blockwise_members`), a
+// field that any block carries is dropped from the top level, so a block that omits it gets the
+// default rather than another block's top-level value.
+rapidjson::Document merged(const Obj& top, const Obj& block, const std::set<std::string>& blockwise) {
   rapidjson::Document d;
   d.SetObject();
   auto& a = d.GetAllocator();
   for (auto it = top.MemberBegin(); it != top.MemberEnd(); ++it)
-    if (std::string(it->name.GetString()) != "block_configs")
+    if (std::string(it->name.GetString()) != "block_configs" && !blockwise.count(it->name.GetString()))
       d.AddMember(Obj(it->name, a), Obj(it->value, a), a);
   for (auto it = block.MemberBegin(); it != block.MemberEnd(); ++it) {
     auto m = d.FindMember(it->name.GetString());
@@ -233,11 +236,15 @@ ModelDesc parse_model_config(const std::string& json_text, const std::string& so
 
   if (const Obj* blocks = f.get({"block_configs"})) {
     check(blocks->IsArray() && !blocks->Empty(), source, ": block_configs must be a non-empty list");
+    std::set<std::string> blockwise;
+    for (const auto& b : blocks->GetArray())
+      if (b.IsObject())
+        for (auto it = b.MemberBegin(); it != b.MemberEnd(); ++it) blockwise.insert(it->name.GetString());
     int i = 0;
     for (const auto& b : blocks->GetArray()) {
       std::string where = source + ": block_configs[" + std::to_string(i) + "]";
       check(b.IsObject(), where, " must be an object");
-      rapidjson::Document d = merged(*root, b);
+      rapidjson::Document d = merged(*root, b, blockwise);
       Fields bf(d, where);
       LayerDesc l;
       l.kind = kind_of_name(bf.string({"block_type"}), where);

@@ -1,0 +1,84 @@
+// CpuBackend: host memory, and the Backend methods forwarded to the kernels.
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels.h"
+#include "tandem/parallel.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr size_t kAlign = 64;  // a cache line, and enough for any vector load
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    // aligned_alloc wants a multiple of the alignment; a 0-byte buffer still gets a valid pointer.
+    const size_t rounded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    data_ = std::aligned_alloc(kAlign, rounded);
+    if (!data_) fail("cpu: cannot allocate ", bytes, " bytes of host memory");
+    std::memset(data_, 0, rounded);
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void check_copy(const char* op, const void* dst, const void* src, size_t bytes) {
+  check(bytes == 0 || (dst && src), "cpu: ", op, " of ", bytes, " bytes with a null ",
+        dst ? "source" : "destination");
+}
+
+}  // namespace
+
+void CpuBackend::set_threads(int n) {
+  check(n >= 0, "cpu: thread count must be >= 0 (0 = all cores), found ", n);
+  set_thread_count(n);
+}
+
+std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+void CpuBackend::upload(void* dst, const void* src_host, size_t bytes) {
+  check_copy("upload", dst, src_host, bytes);
+  if (bytes) std::memmove(dst, src_host, bytes);
+}
+
+void CpuBackend::download(void* dst_host, const void* src, size_t bytes) {
+  check_copy("download", dst_host, src, bytes);
+  if (bytes) std::memmove(dst_host, src, bytes);
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) {
+  cpu::rms_norm(x, w, eps, y);
+}
+void CpuBackend::gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups,
+                                float eps, const Tensor& out) {
+  cpu::gated_rms_norm(y, z, w, groups, eps, out);
+}
+void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) { cpu::add(a, b, out); }
+void CpuBackend::relu2(const Tensor& x) { cpu::relu2(x); }
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache,
+                           float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
+                           const Tensor& out) {
+  cpu::attention(q, k, v, k_cache, v_cache, capacity, pos0, nq, nkv, hd, out);
+}
+void CpuBackend::moe_route(const Tensor& logits, const float* bias, const RouteParams& p,
+                           int32_t* ids, float* weights) {
+  cpu::moe_route(logits, bias, p, ids, weights);
+}
+int32_t CpuBackend::sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
+  return cpu::sample(logits, vocab, p, rng);
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,33 @@
+// The host backend: 64-byte aligned host memory and the reference kernels of kernels.h.
+// Owner: the registry creates it; buffers it allocates own their memory. Thread: one driving thread
+// (kernels fan out over tandem::parallel_for). Sync: every op is complete when it returns.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "tandem/backend.h"
+
+namespace tandem::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string device() const override { return "cpu"; }
+  void set_threads(int n) override;
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  void upload(void* dst, const void* src_host, size_t bytes) override;
+  void download(void* dst_host, const void* src, size_t bytes) override;
+
+  void rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) override;
+  void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
+                      const Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void relu2(const Tensor& x) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                 int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
+  void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
+                 float* weights) override;
+  int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;
+};
+
+}  // namespace tandem::cpu

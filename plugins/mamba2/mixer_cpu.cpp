@@ -1,0 +1,215 @@
+// The Mamba2 mixer on the CPU: in_proj → conv → Δ → scan → gated norm → out_proj, with the verify
+// log and replay that make commit(n) exact.
+#include "mixer_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "tandem/error.h"
+
+namespace tandem::mamba2 {
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t p = 1;
+  for (int64_t s : shape) p *= s;
+  return p;
+}
+
+// Activations of one forward that do not outlive it. One arena per thread, shared by all layers,
+// so a long prefill does not leave a per-layer buffer behind.
+struct Scratch {
+  std::vector<float> proj, xbc, dt, y, z, normed;
+};
+thread_local Scratch t_scratch;
+
+float* grow(std::vector<float>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
+
+void add_bias(float* rows, int64_t n, int64_t cols, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < cols; ++c) rows[t * cols + c] += bias[size_t(c)];
+}
+
+void check_activation(const Tensor& t, const char* what, int n, int hidden) {
+  check(t.dtype == DType::F32, "mamba2 forward: ", what, " must be f32, found ", dtype_name(t.dtype));
+  check(t.rows == n && t.cols == hidden, "mamba2 forward: ", what, " is [", t.rows, ", ", t.cols,
+        "], expected [", n, ", ", hidden, "]");
+}
+
+const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
+
+}  // namespace
+
+Mamba2State::Mamba2State(const Dims& dm)
+    : dm_(dm),
+      conv_(size_t(dm.conv_dim * (dm.K - 1)), 0.0f),
+      ssm_(size_t(int64_t(dm.nh) * dm.P * dm.N), 0.0f) {}
+
+size_t Mamba2State::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&conv_, &ssm_, &next_conv_, &next_ssm_, &u_log_, &xbc_log_, &dt_log_})
+    n += v->capacity() * sizeof(float);
+  return n;
+}
+
+Mamba2Mixer::Mamba2Mixer(const MambaDesc& desc, int hidden, WeightLoader& weights, Backend& backend)
+    : desc_(desc), dm_(Dims::from(desc)), hidden_(hidden), backend_(backend) {
+  check(hidden > 0, "mamba2: hidden size must be > 0, found ", hidden);
+  // Host kernels read the weights and activations directly.
+  check(backend.device() == "cpu", "mamba2 (cpu plugin): backend device is '", backend.device(),
+        "', expected 'cpu'");
+
+  auto matrix = [&](const char* name, std::vector<int64_t> shape) {
+    auto t = weights.tensor(name, shape);
+    check(t && t->shape() == shape, "mamba2: weight '", weights.full_name(name), "' loaded as ",
+          t ? shape_str(t->shape()) : std::string("nothing"), ", expected ", shape_str(shape));
+    return t;
+  };
+  auto vec = [&](const char* name, std::vector<int64_t> shape) {
+    std::vector<float> v = weights.vector(name, shape);
+    check(int64_t(v.size()) == product(shape), "mamba2: weight '", weights.full_name(name), "' has ",
+          v.size(), " values, expected ", product(shape), " for ", shape_str(shape));
+    return v;
+  };
+  w_.in_proj = matrix("in_proj", {dm_.rows, hidden});
+  w_.out_proj = matrix("out_proj", {hidden, dm_.d_in});
+  if (desc.proj_bias) {
+    w_.in_bias = vec("in_proj.bias", {dm_.rows});
+    w_.out_bias = vec("out_proj.bias", {hidden});
+  }
+  w_.conv_w = vec("conv1d", {dm_.conv_dim, dm_.K});
+  if (desc.conv_bias) w_.conv_b = vec("conv1d.bias", {dm_.conv_dim});
+  w_.dt_bias = vec("dt_bias", {dm_.nh});
+  w_.d = vec("D", {dm_.nh});
+  if (weights.has("A_log")) {
+    w_.a = vec("A_log", {dm_.nh});
+    for (float& v : w_.a) v = -std::exp(v);
+  } else if (weights.has("A")) {  // GGUF stores A = −exp(A_log) already
+    w_.a = vec("A", {dm_.nh});
+  } else {
+    fail("mamba2: weight '", weights.full_name("A_log"), "' is missing (and no '", weights.full_name("A"),
+         "' either)");
+  }
+  w_.norm = vec("norm", {dm_.d_in});
+}
+
+std::unique_ptr<LayerState> Mamba2Mixer::new_state(int64_t max_tokens) const {
+  (void)max_tokens;  // the state has a fixed size; only the verify log grows, with the pass
+  return std::make_unique<Mamba2State>(dm_);
+}
+
+Mamba2State& Mamba2Mixer::state_of(LayerState& state, const char* what) const {
+  auto* st = dynamic_cast<Mamba2State*>(&state);
+  check(st != nullptr, "mamba2 ", what, ": the state was not made by a Mamba2 mixer");
+  const Dims& s = st->dims();
+  check(s.nh == dm_.nh && s.P == dm_.P && s.G == dm_.G && s.N == dm_.N && s.K == dm_.K,
+        "mamba2 ", what, ": the state is for nh=", s.nh, " P=", s.P, " G=", s.G, " N=", s.N, " K=", s.K,
+        ", this mixer has nh=", dm_.nh, " P=", dm_.P, " G=", dm_.G, " N=", dm_.N, " K=", dm_.K);
+  return *st;
+}
+
+void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
+  Mamba2State& st = state_of(state, "forward");
+  const int n = info.n;
+  check(n >= 0, "mamba2 forward: info.n must be >= 0, found ", n);
+  check_activation(x, "input x", n, hidden_);
+  check_activation(out, "output", n, hidden_);
+  check(info.pos0 == st.pos_, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", st.pos_,
+        " committed tokens");
+  const bool verify = info.mode == ForwardMode::Verify;
+  st.pending_ = false;  // a forward without commit is dropped by the next one
+
+  if (n > 0) {
+    Scratch& sc = t_scratch;
+    const int64_t rows = dm_.rows, d_in = dm_.d_in, cdim = dm_.conv_dim;
+    float* proj = grow(sc.proj, n * rows);
+    w_.in_proj->matmul(x, Tensor::f32(proj, n, rows));
+    add_bias(proj, n, rows, w_.in_bias);
+
+    // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
+    float* dt = verify ? grow(st.dt_log_, int64_t(n) * dm_.nh) : grow(sc.dt, int64_t(n) * dm_.nh);
+    const bool clamp = !verify && desc_.clamp_dt_prefill;
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < dm_.nh; ++h) {
+        float v = softplus(proj[t * rows + d_in + cdim + h] + w_.dt_bias[size_t(h)]);
+        dt[int64_t(t) * dm_.nh + h] = clamp ? std::max(v, desc_.time_step_min) : v;
+      }
+
+    const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
+    float* xbc = verify ? grow(st.xbc_log_, n * cdim) : grow(sc.xbc, n * cdim);
+    conv_silu(st.conv_.data(), u, rows, n, w_.conv_w.data(), w_.conv_b.empty() ? nullptr : w_.conv_b.data(),
+              cdim, dm_.K, xbc, cdim);
+
+    const ScanInput in{xbc, cdim, dt, n};
+    float* y = grow(sc.y, n * d_in);
+    grow(st.next_ssm_, int64_t(st.ssm_.size()));
+    if (verify) {
+      float* log = grow(st.u_log_, n * cdim);
+      for (int t = 0; t < n; ++t) std::memcpy(log + t * cdim, u + t * rows, size_t(cdim) * sizeof(float));
+      scan_steps(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
+    } else {
+      shift_window(st.conv_.data(), u, rows, n, cdim, dm_.K, grow(st.next_conv_, int64_t(st.conv_.size())));
+      scan_chunked(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
+    }
+
+    // z is strided inside proj; the norm takes dense rows.
+    float* z = grow(sc.z, n * d_in);
+    for (int t = 0; t < n; ++t) std::memcpy(z + t * d_in, proj + t * rows, size_t(d_in) * sizeof(float));
+    float* normed = grow(sc.normed, n * d_in);
+    backend_.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), w_.norm.data(), dm_.G,
+                            desc_.eps, Tensor::f32(normed, n, d_in));
+    w_.out_proj->matmul(Tensor::f32(normed, n, d_in), out);
+    add_bias(out.f32(), n, hidden_, w_.out_bias);
+  }
+
+  st.pending_ = true;
+  st.mode_ = info.mode;
+  st.n_ = n;
+  st.pos0_ = info.pos0;
+}
+
+void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
+  Mamba2State& st = state_of(state, "commit");
+  check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
+  check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
+        mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
+        mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
+  check(n_accepted >= 0 && n_accepted <= last.n, "mamba2 commit: n_accepted must be in [0, ", last.n,
+        "], found ", n_accepted);
+  if (last.mode == ForwardMode::Prefill) {
+    check(n_accepted == last.n, "mamba2 commit: a prefill of ", last.n,
+          " tokens must be committed whole, found n_accepted = ", n_accepted);
+    if (n_accepted > 0) {
+      std::swap(st.conv_, st.next_conv_);
+      std::swap(st.ssm_, st.next_ssm_);
+    }
+  } else if (n_accepted > 0) {
+    const int64_t cdim = dm_.conv_dim;
+    shift_window(st.conv_.data(), st.u_log_.data(), cdim, n_accepted, cdim, dm_.K,
+                 grow(st.next_conv_, int64_t(st.conv_.size())));
+    std::swap(st.conv_, st.next_conv_);
+    if (n_accepted == last.n) {
+      std::swap(st.ssm_, st.next_ssm_);  // the same step function produced it: the same bits
+    } else {
+      const ScanInput in{st.xbc_log_.data(), cdim, st.dt_log_.data(), n_accepted};
+      replay_steps(dm_, in, w_.a.data(), st.ssm_.data());
+    }
+  }
+  st.pos_ += n_accepted;
+  st.pending_ = false;
+}
+
+std::unique_ptr<Mixer> Mamba2Factory::create(const LayerDesc& desc, int hidden, WeightLoader& weights,
+                                             Backend& backend) {
+  check(desc.kind == LayerKind::Mamba, "mamba2: asked to build a layer of kind ", int(desc.kind),
+        ", expected Mamba (", int(LayerKind::Mamba), ")");
+  return std::make_unique<Mamba2Mixer>(desc.mamba, hidden, weights, backend);
+}
+
+}  // namespace tandem::mamba2
