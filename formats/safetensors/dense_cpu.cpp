@@ -15,17 +15,30 @@ constexpr int kLanes = 16;        // independent accumulators per dot product
 constexpr int kRowBlock = 4;      // x rows sharing one pass over a weight row
 constexpr int64_t kRowTile = 16;  // x rows kept hot in cache while weight rows stream past
 
-// GCC/Clang vector extensions: 16 lanes map onto whatever SIMD the target has, and each lane is
-// plain IEEE fp32 arithmetic (contraction is off for this file), so every target computes the same bits.
-typedef float V16f __attribute__((vector_size(64)));
-typedef uint32_t V16u __attribute__((vector_size(64)));
-typedef int32_t V16i __attribute__((vector_size(64)));
-typedef uint16_t V16h __attribute__((vector_size(32)));
+// GCC/Clang vector extensions at the target's native width (4 lanes on SSE2, 8 with AVX2): 16
+// lanes are kVecs vectors. Each lane is plain IEEE fp32 arithmetic (contraction is off for this
+// file), so every width computes the same bits.
+#if defined(__AVX2__)
+constexpr int kWidth = 8;
+#else
+constexpr int kWidth = 4;
+#endif
+constexpr int kVecs = kLanes / kWidth;
+typedef float Vf __attribute__((vector_size(kWidth * 4)));
+typedef uint32_t Vu __attribute__((vector_size(kWidth * 4)));
+typedef int32_t Vi __attribute__((vector_size(kWidth * 4)));
+typedef uint16_t Vh __attribute__((vector_size(kWidth * 2)));
 
-V16f bits_to_float(V16u u) {
-  V16f f;
+inline Vf bits_to_float(Vu u) {
+  Vf f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
+}
+
+inline Vu load_u16(const uint16_t* p) {
+  Vh h;
+  std::memcpy(&h, p, sizeof(h));
+  return __builtin_convertvector(h, Vu);
 }
 
 template <DenseType T>
@@ -34,8 +47,8 @@ template <>
 struct Elem<DenseType::F32> {
   using type = float;
   static float get(float v) { return v; }
-  static V16f get16(const float* p) {
-    V16f v;
+  static Vf get_vec(const float* p) {
+    Vf v;
     std::memcpy(&v, p, sizeof(v));
     return v;
   }
@@ -44,29 +57,23 @@ template <>
 struct Elem<DenseType::BF16> {
   using type = uint16_t;
   static float get(uint16_t v) { return bf16_to_f32(v); }
-  static V16f get16(const uint16_t* p) {
-    V16h h;
-    std::memcpy(&h, p, sizeof(h));
-    return bits_to_float(__builtin_convertvector(h, V16u) << 16);
-  }
+  static Vf get_vec(const uint16_t* p) { return bits_to_float(load_u16(p) << 16); }
 };
 template <>
 struct Elem<DenseType::F16> {
   using type = uint16_t;
   static float get(uint16_t v) { return half_to_float(v); }
-  // half_to_float on 16 lanes, with selects instead of branches.
-  static V16f get16(const uint16_t* p) {
-    V16h h16;
-    std::memcpy(&h16, p, sizeof(h16));
-    V16u h = __builtin_convertvector(h16, V16u);
-    V16u sign = (h & 0x8000u) << 16;
-    V16u em = h & 0x7fffu;
-    V16u normal = (em << 13) + ((127u - 15u) << 23);
-    V16u special = (em << 13) | 0x7f800000u;
-    V16f sub_f = __builtin_convertvector(V16i(em), V16f) * 0x1p-24f;
-    V16u sub;
+  // half_to_float lane by lane, with selects instead of branches.
+  static Vf get_vec(const uint16_t* p) {
+    Vu h = load_u16(p);
+    Vu sign = (h & 0x8000u) << 16;
+    Vu em = h & 0x7fffu;
+    Vu normal = (em << 13) + ((127u - 15u) << 23);
+    Vu special = (em << 13) | 0x7f800000u;
+    Vf sub_f = __builtin_convertvector(Vi(em), Vf) * 0x1p-24f;
+    Vu sub;
     std::memcpy(&sub, &sub_f, sizeof(sub));
-    V16u r = em >= 0x7c00u ? special : (em >= 0x0400u ? normal : sub);
+    Vu r = em >= 0x7c00u ? special : (em >= 0x0400u ? normal : sub);
     return bits_to_float(r | sign);
   }
 };
@@ -77,14 +84,16 @@ size_t elem_bytes(DenseType t) { return t == DenseType::F32 ? 4 : 2; }
 // elements j ≡ l (mod 16) in order, then the lanes are reduced pairwise.
 template <DenseType T, int R>
 void dot_rows(const float* const* x, const typename Elem<T>::type* w, int64_t k, float* out) {
-  V16f acc[R] = {};
+  Vf acc[R][kVecs] = {};
   int64_t j = 0;
   for (; j + kLanes <= k; j += kLanes) {
-    V16f wv = Elem<T>::get16(w + j);
-    for (int r = 0; r < R; ++r) {
-      V16f xv;
-      std::memcpy(&xv, x[r] + j, sizeof(xv));
-      acc[r] += xv * wv;
+    for (int v = 0; v < kVecs; ++v) {
+      Vf wv = Elem<T>::get_vec(w + j + v * kWidth);
+      for (int r = 0; r < R; ++r) {
+        Vf xv;
+        std::memcpy(&xv, x[r] + j + v * kWidth, sizeof(xv));
+        acc[r][v] += xv * wv;
+      }
     }
   }
   float lanes[R][kLanes];

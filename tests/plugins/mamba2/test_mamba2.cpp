@@ -28,6 +28,11 @@ MambaDesc small_desc() {
   return d;
 }
 
+std::vector<float> inputs(int n, uint64_t seed) { return random_vec(size_t(n) * kHidden, seed); }
+std::vector<float> rows(const std::vector<float>& x, int r0, int n) {
+  return std::vector<float>(x.begin() + r0 * kHidden, x.begin() + (r0 + n) * kHidden);
+}
+
 struct Layer {
   MambaDesc desc;
   MapLoader w;
@@ -41,8 +46,7 @@ struct Layer {
 
   // Rows [r0, r0+n) of x through one forward; the pass stays pending.
   std::vector<float> forward(Mamba2State& st, const std::vector<float>& x, int r0, int n, ForwardMode mode) {
-    std::vector<float> xin(x.begin() + r0 * kHidden, x.begin() + (r0 + n) * kHidden);
-    std::vector<float> out(size_t(n) * kHidden);
+    std::vector<float> xin = rows(x, r0, n), out(size_t(n) * kHidden);
     mixer->forward(Tensor::f32(xin.data(), n, kHidden), Tensor::f32(out.data(), n, kHidden), st,
                    ForwardInfo{st.pos(), n, mode});
     return out;
@@ -55,10 +59,6 @@ struct Layer {
   }
 };
 
-std::vector<float> inputs(int n, uint64_t seed) { return random_vec(size_t(n) * kHidden, seed); }
-std::vector<float> rows(const std::vector<float>& x, int r0, int n) {
-  return std::vector<float>(x.begin() + r0 * kHidden, x.begin() + (r0 + n) * kHidden);
-}
 
 // The reference's output for rows [r0, r0+n) of x, after it has run rows [0, r0).
 std::vector<double> reference_rows(const Layer& L, const std::vector<float>& x, int r0, int n) {
@@ -120,10 +120,9 @@ TEST(Mamba2Prefill, ContinuesFromCachedState) {
   auto whole = L.run(one, x, 0, 70, ForwardMode::Prefill);
   auto first = L.run(two, x, 0, 37, ForwardMode::Prefill);
   auto second = L.run(two, x, 37, 33, ForwardMode::Prefill);
-  std::vector<float> tail(whole.begin() + 37 * kHidden, whole.end());
-  EXPECT_TRUE(same_bits(first, std::vector<float>(whole.begin(), whole.begin() + 37 * kHidden)))
+  EXPECT_TRUE(same_bits(first, rows(whole, 0, 37)))
       << "the first 37 rows should not depend on what follows (chunk grid starts at 0 in both)";
-  EXPECT_LT(rel_err(second, tail), kTol);
+  EXPECT_LT(rel_err(second, rows(whole, 37, 33)), kTol);
   EXPECT_LT(rel_err(two.ssm(), one.ssm()), kTol);
   EXPECT_TRUE(same_bits(two.conv(), one.conv()));  // the window is copied inputs
   EXPECT_EQ(two.pos(), 70);
@@ -165,10 +164,10 @@ TEST(Mamba2Verify, BatchInvariant) {
   L.run(base, x, 0, 20, ForwardMode::Prefill);
   for (int k = 0; k <= 15; ++k) {
     Mamba2State batch = base, steps = base;
-    auto rows = L.run(batch, x, 20, k + 1, ForwardMode::Verify);
+    auto all = L.run(batch, x, 20, k + 1, ForwardMode::Verify);
     for (int i = 0; i <= k; ++i) {
       auto one = L.run(steps, x, 20 + i, 1, ForwardMode::Verify);
-      EXPECT_TRUE(same_bits(one, std::vector<float>(rows.begin() + i * kHidden, rows.begin() + (i + 1) * kHidden)))
+      EXPECT_TRUE(same_bits(one, rows(all, i, 1)))
           << "k=" << k << " row " << i;
     }
     expect_same_state(batch, steps, "k=" + std::to_string(k));
