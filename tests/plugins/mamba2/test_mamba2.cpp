@@ -59,7 +59,6 @@ struct Layer {
   }
 };
 
-
 // The reference's output for rows [r0, r0+n) of x, after it has run rows [0, r0).
 std::vector<double> reference_rows(const Layer& L, const std::vector<float>& x, int r0, int n) {
   RefState ref(L.desc);
@@ -167,8 +166,7 @@ TEST(Mamba2Verify, BatchInvariant) {
     auto all = L.run(batch, x, 20, k + 1, ForwardMode::Verify);
     for (int i = 0; i <= k; ++i) {
       auto one = L.run(steps, x, 20 + i, 1, ForwardMode::Verify);
-      EXPECT_TRUE(same_bits(one, rows(all, i, 1)))
-          << "k=" << k << " row " << i;
+      EXPECT_TRUE(same_bits(one, rows(all, i, 1))) << "k=" << k << " row " << i;
     }
     expect_same_state(batch, steps, "k=" + std::to_string(k));
   }
