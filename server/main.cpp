@@ -20,6 +20,7 @@ commands:
   generate  (--prompt TEXT | --tokens FILE) [--max-tokens N] [--temperature T] [--top-k K]
             [--top-p P] [--min-p P] [--seed S] [--print-ids]
   logits    --tokens FILE --out x.npy     float32 logits of every position, [n_tokens, vocab]
+  inspect                                  print the checkpoint's metadata and tensor table
   plugins                                  list the loaded plugins and what they provide
   help
 
@@ -41,6 +42,15 @@ int cmd_plugins(const std::vector<std::string>& argv) {
     std::printf("%-11s %-14s %-6s %s\n", kinds[p.kind], p.name.c_str(), p.device.empty() ? "-" : p.device.c_str(),
                 p.file.c_str());
   for (const auto& s : reg.skipped()) std::printf("(skipped, cannot run here) %s\n", s.c_str());
+  return 0;
+}
+
+int cmd_inspect(const std::vector<std::string>& argv) {
+  cli::Args a(argv, cli::kModelOptions, {"verbose"}, "inspect");
+  Profile p = cli::resolve_profile(a);
+  PluginRegistry reg;
+  reg.load_default();
+  std::fputs(open_checkpoint(p.load, reg)->dump().c_str(), stdout);
   return 0;
 }
 
@@ -112,6 +122,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return cmd_generate(rest(argc, argv));
     if (cmd == "logits") return cmd_logits(rest(argc, argv));
+    if (cmd == "inspect") return cmd_inspect(rest(argc, argv));
     if (cmd == "plugins") return cmd_plugins(rest(argc, argv));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::fputs(kUsage, stdout);

@@ -137,27 +137,31 @@ Model::~Model() {
   impl_->mixers.clear();  // before the factories' libraries may unload
 }
 
-std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
-  std::unique_ptr<Model> m(new Model());
-  Impl& im = *m->impl_;
+std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& o, PluginRegistry& reg, std::string* format_name) {
   check(std::filesystem::exists(o.path), "model path '", o.path, "' does not exist");
-
-  auto formats = reg.formats();
-  check(!formats.empty(), "no format plugins are loaded");
   std::shared_ptr<WeightFormat> container;
+  std::string name = o.format;
   if (o.format == "auto") {
     int best = 0;
-    for (const auto& [name, f] : formats) {
+    for (const auto& [fname, f] : reg.formats()) {
       int s = f->probe_path(o.path);
-      if (s > best) best = s, container = f, m->format_name_ = name;
+      if (s > best) best = s, container = f, name = fname;
     }
     check(container != nullptr, "no format plugin can read '", o.path, "'");
   } else {
     container = reg.format(o.format);
-    m->format_name_ = o.format;
     check(container->probe_path(o.path) > 0, "format '", o.format, "' cannot read '", o.path, "'");
   }
-  im.checkpoint = container->open(o.path);
+  if (format_name) *format_name = name;
+  return container->open(o.path);
+}
+
+std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
+  std::unique_ptr<Model> m(new Model());
+  Impl& im = *m->impl_;
+
+  im.checkpoint = open_checkpoint(o, reg, &m->format_name_);
+  auto formats = reg.formats();
   m->desc_ = parse_model_config(im.checkpoint->config_json(), o.path + " (config)");
   const ModelDesc& d = m->desc_;
 

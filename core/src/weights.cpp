@@ -11,6 +11,13 @@ const RawTensor* Checkpoint::find(const std::string& name) const {
   return nullptr;
 }
 
+std::string Checkpoint::dump() const {
+  std::string s = "checkpoint " + path() + ": " + std::to_string(tensors().size()) + " tensors\n";
+  for (const auto& t : tensors())
+    s += t.name + "  " + t.dtype + "  " + shape_str(t.shape) + "  " + std::to_string(t.nbytes) + " B\n";
+  return s;
+}
+
 const RawTensor* TensorGroup::member(const std::string& suffix) const {
   std::string want = suffix.empty() ? prefix : prefix + "." + suffix;
   for (const RawTensor* t : members)

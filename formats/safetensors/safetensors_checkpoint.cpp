@@ -93,8 +93,7 @@ class SafetensorsCheckpoint final : public Checkpoint {
     const Mapping& m = *mappings_.back();
     for (RawTensor& t : parse_file(m.data(), m.size(), m.path())) {
       auto [it, fresh] = index_.emplace(t.name, tensors_.size());
-      check(fresh, "safetensors: tensor '", t.name, "' is in both '", tensors_[it->second].file, "' and '", t.file,
-            "'");
+      if (!fresh) fail("safetensors: tensor '", t.name, "' is in both '", tensors_[it->second].file, "' and '", t.file, "'");
       tensors_.push_back(std::move(t));
     }
   }

@@ -36,6 +36,11 @@ struct Sequence {
   size_t bytes() const;
 };
 
+// Opens options.path with the format plugin named by options.format, or with the one whose
+// probe_path scores highest ("auto"). `format_name` (optional) receives the plugin's name.
+TANDEM_API std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& options, PluginRegistry& registry,
+                                                       std::string* format_name = nullptr);
+
 class TANDEM_API Model {
  public:
   static std::unique_ptr<Model> load(const LoadOptions& options, PluginRegistry& registry);

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,15 @@ class Checkpoint {
   virtual const std::vector<RawTensor>& tensors() const = 0;
   // nullptr when absent. Default: linear search; readers index it.
   virtual const RawTensor* find(const std::string& name) const;
+  // Side files by their HF names ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+  // the text, or nullopt when the checkpoint has none. A GGUF reader synthesizes them from metadata.
+  virtual std::optional<std::string> side_file(const std::string& name) const {
+    (void)name;
+    return std::nullopt;
+  }
+  // Human-readable listing for `tandem inspect`: metadata (if any) and the tensor table.
+  // Default: one line per tensor with dtype, shape and bytes.
+  virtual std::string dump() const;
 };
 
 // The tensors of one weight: the tensor named exactly `prefix` and those named `prefix + "." + …`.
