@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libboost-dev libboost-filesystem-dev   # Boost.DLL (header-only with std::filesystem), Asio, Beast
-  libyaml-cpp-dev rapidjson-dev libspdlog-dev libfmt-dev libgtest-dev
+  libyaml-cpp-dev rapidjson-dev libspdlog-dev libfmt-dev libgtest-dev libpcre2-dev
   python3
 )
 missing=()

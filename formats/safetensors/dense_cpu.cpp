@@ -15,6 +15,25 @@ constexpr int kLanes = 16;        // independent accumulators per dot product
 constexpr int kRowBlock = 4;      // x rows sharing one pass over a weight row
 constexpr int64_t kRowTile = 16;  // x rows kept hot in cache while weight rows stream past
 
+// IEEE binary16 bits → f32, exact (subnormals, inf, NaN payloads kept); inline, unlike the core's.
+inline float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t em = h & 0x7fffu;
+  uint32_t bits;
+  if (em >= 0x7c00u) {
+    bits = (em << 13) | 0x7f800000u;  // inf / NaN
+  } else if (em >= 0x0400u) {
+    bits = (em << 13) + ((127u - 15u) << 23);  // normal: rebias the exponent
+  } else {
+    float f = float(em) * 0x1p-24f;  // subnormal or zero: em · 2^-24 is exact in f32
+    std::memcpy(&bits, &f, 4);
+  }
+  bits |= sign;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
 // GCC/Clang vector extensions at the target's native width (4 lanes on SSE2, 8 with AVX2): 16
 // lanes are kVecs vectors. Each lane is plain IEEE fp32 arithmetic (contraction is off for this
 // file), so every width computes the same bits.
@@ -70,7 +89,7 @@ struct Elem<DenseType::F16> {
     Vu em = h & 0x7fffu;
     Vu normal = (em << 13) + ((127u - 15u) << 23);
     Vu special = (em << 13) | 0x7f800000u;
-    Vf sub_f = __builtin_convertvector(Vi(em), Vf) * 0x1p-24f;
+    Vf sub_f = __builtin_convertvector(Vi(em), Vf) * 0x1p-23f;
     Vu sub;
     std::memcpy(&sub, &sub_f, sizeof(sub));
     Vu r = em >= 0x7c00u ? special : (em >= 0x0400u ? normal : sub);

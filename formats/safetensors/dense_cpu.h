@@ -17,25 +17,6 @@ enum class DenseType { BF16, F16, F32 };
 // True for the dtype strings DenseTensor reads ("BF16", "F16", "F32").
 bool is_dense_dtype(const std::string& dtype);
 
-// IEEE binary16 bits → f32, exact (subnormals, inf, NaN payloads kept). Inline so kernels vectorize.
-inline float half_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t em = h & 0x7fffu;
-  uint32_t bits;
-  if (em >= 0x7c00u) {
-    bits = (em << 13) | 0x7f800000u;  // inf / NaN
-  } else if (em >= 0x0400u) {
-    bits = (em << 13) + ((127u - 15u) << 23);  // normal: rebias the exponent
-  } else {
-    float f = float(em) * 0x1p-24f;  // subnormal or zero: em · 2^-24 is exact in f32
-    __builtin_memcpy(&bits, &f, 4);
-  }
-  bits |= sign;
-  float out;
-  __builtin_memcpy(&out, &bits, 4);
-  return out;
-}
-
 class DenseTensor final : public QuantizedTensor {
  public:
   // `raw.dtype` must be BF16, F16 or F32.

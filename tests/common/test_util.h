@@ -9,6 +9,8 @@
 namespace tandem::test {
 
 inline std::string data_path(const std::string& rel) { return std::string(TANDEM_TEST_DATA) + "/" + rel; }
+// ../shared/data beside the checkout (real vocabularies, chat templates); CI has the same copy.
+inline std::string shared_data(const std::string& rel) { return std::string(TANDEM_SHARED_DATA) + "/" + rel; }
 inline std::string plugin_dir() { return std::string(TANDEM_BINARY_DIR) + "/lib/tandem/plugins"; }
 
 inline std::vector<float> random_vec(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {

@@ -156,6 +156,25 @@ TEST(DenseTensor, F16EveryBitPattern) {
   }
 }
 
+TEST(DenseTensor, F16FiniteBitPatternsThroughMatmul) {
+  // The matmul converts F16 16 lanes at a time; one-hot inputs read every finite pattern
+  // (subnormals and zeros included) back through that path: y[i, o] = w[o, i].
+  const int64_t in = 1024, out = 62;
+  std::vector<uint8_t> bytes;
+  for (uint32_t h = 0; h < 65536; ++h)
+    if (((h >> 10) & 31) != 31) bytes.insert(bytes.end(), {uint8_t(h), uint8_t(h >> 8)});
+  ASSERT_EQ(bytes.size(), size_t(out * in * 2));
+  auto l = load_one(WriteTensor{"w", "F16", {out, in}, bytes});
+  std::vector<float> x(in * in, 0.f);
+  for (int64_t i = 0; i < in; ++i) x[i * in + i] = 1.f;
+  auto y = run_matmul(*l->weight, x, in);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      size_t at = size_t(o * in + i) * 2;
+      ASSERT_EQ(double(y[i * out + o]), test::ref_f16(uint16_t(bytes[at] | (bytes[at + 1] << 8)))) << o << "," << i;
+    }
+}
+
 TEST(DenseTensor, MisalignedSourceIsRead) {
   TempDir dir;
   // An odd header length puts the BF16 data at an odd address inside the mapping.
