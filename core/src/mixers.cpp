@@ -2,7 +2,6 @@
 // and dense relu² MLP mixers, written against Backend ops and QuantizedTensor matmuls.
 #include "mixers.h"
 
-#include <cstring>
 
 #include "scratch.h"
 #include "tandem/error.h"
@@ -96,12 +95,13 @@ class MoE : public Mixer {
       fc2_ = w.tensor("fc2_latent_proj", {hidden, d.latent});
       in = d.latent;
     }
-    experts_.resize(d.n_experts);
+    std::vector<std::string> up, down;
     for (int e = 0; e < d.n_experts; ++e) {
-      std::string p = "experts." + std::to_string(e) + ".";
-      experts_[e].up = w.tensor(p + "up_proj", {d.width, in});
-      experts_[e].down = w.tensor(p + "down_proj", {in, d.width});
+      up.push_back("experts." + std::to_string(e) + ".up_proj");
+      down.push_back("experts." + std::to_string(e) + ".down_proj");
     }
+    up_ = w.experts(up, {d.width, in});
+    down_ = w.experts(down, {in, d.width});
     if (d.shared_width > 0) {
       shared_.up = w.tensor("shared_experts.up_proj", {d.shared_width, hidden});
       shared_.down = w.tensor("shared_experts.down_proj", {hidden, d.shared_width});
@@ -115,48 +115,28 @@ class MoE : public Mixer {
   }
   std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
 
-  // Experts run grouped (all tokens of one expert in one matmul); each token then sums its k expert
-  // outputs in routing order, so a token's result does not depend on the rest of the batch.
+  // Every (token, slot) runs its expert as one row of a gathered matmul; each token then sums its k
+  // outputs in slot order (moe_combine), so a token's result does not depend on the batch.
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
     const int64_t n = x.rows, k = d_.top_k;
     Tensor logits = slogits_.f32(be_, n, d_.n_experts);
     gate_->matmul(x, logits);
-    ids_.resize(size_t(n * k));
-    wts_.resize(size_t(n * k));
-    be_.moe_route(logits, bias_ ? static_cast<float*>(bias_->data()) : nullptr, route_, ids_.data(), wts_.data());
+    Tensor ids = sids_.f32(be_, n, k), wts = swts_.f32(be_, n, k);  // ids reinterpret the f32 slot as i32
+    int32_t* id = static_cast<int32_t*>(ids.data);
+    be_.moe_route(logits, bias_ ? static_cast<float*>(bias_->data()) : nullptr, route_, id, wts.f32());
 
     Tensor u = x;
     if (fc1_) {
       u = su_.f32(be_, n, d_.latent);
       fc1_->matmul(x, u);
     }
-    const int64_t width = u.cols;
-    Tensor eo = seo_.f32(be_, n * k, width);  // expert output of (token, slot)
-    std::vector<std::vector<int64_t>> rows_of(size_t(d_.n_experts));
-    for (int64_t i = 0; i < n * k; ++i) rows_of[size_t(ids_[size_t(i)])].push_back(i);
-    for (int e = 0; e < d_.n_experts; ++e) {
-      const auto& rows = rows_of[size_t(e)];
-      if (rows.empty()) continue;
-      const int64_t m = int64_t(rows.size());
-      Tensor in = sin_.f32(be_, m, width), res = sres_.f32(be_, m, width);
-      for (int64_t r = 0; r < m; ++r)
-        std::memcpy(in.row(r), u.row(rows[size_t(r)] / k), size_t(width) * sizeof(float));
-      experts_[size_t(e)].run(be_, in, res);
-      for (int64_t r = 0; r < m; ++r)
-        std::memcpy(eo.row(rows[size_t(r)]), res.row(r), size_t(width) * sizeof(float));
-    }
-    Tensor r = sr_.f32(be_, n, width);
-    for (int64_t t = 0; t < n; ++t) {
-      float* dst = r.row(t);
-      std::memset(dst, 0, size_t(width) * sizeof(float));
-      for (int64_t j = 0; j < k; ++j) {
-        const float w = wts_[size_t(t * k + j)];
-        const float* src = eo.row(t * k + j);
-        for (int64_t c = 0; c < width; ++c) dst[c] += w * src[c];
-      }
-    }
+    Tensor h = sh_.f32(be_, n * k, d_.width), eo = seo_.f32(be_, n * k, u.cols);
+    up_->gather_matmul(u, id, int(k), h);
+    be_.relu2(h);
+    down_->gather_matmul(h, id, 1, eo);
+    Tensor r = fc2_ ? sr_.f32(be_, n, u.cols) : out;
+    be_.moe_combine(eo, wts.f32(), int(k), r);
     if (fc2_) fc2_->matmul(r, out);
-    else std::memcpy(out.f32(), r.f32(), out.nbytes());
     if (shared_.up) {
       Tensor s = sshared_.f32(be_, n, hidden_);
       shared_.run(be_, x, s);
@@ -172,11 +152,9 @@ class MoE : public Mixer {
   RouteParams route_;
   std::unique_ptr<QuantizedTensor> gate_, fc1_, fc2_;
   std::unique_ptr<Buffer> bias_;
-  std::vector<Ffn> experts_;
+  std::unique_ptr<ExpertSet> up_, down_;
   Ffn shared_;
-  std::vector<int32_t> ids_;
-  std::vector<float> wts_;
-  Scratch slogits_, su_, seo_, sin_, sres_, sr_, sshared_;
+  Scratch slogits_, sids_, swts_, su_, sh_, seo_, sr_, sshared_;
 };
 
 // ---- dense MLP ----

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <spdlog/spdlog.h>
 
+#include "expert_set.h"
 #include "mixers.h"
 #include "scratch.h"
 #include "tandem/error.h"
@@ -57,9 +59,14 @@ class GroupLoader {
 
   bool has(const std::string& name) const { return !index_.group(name).members.empty(); }
 
-  std::unique_ptr<QuantizedTensor> load(const std::string& name) {
+  TensorGroup group(const std::string& name) const {
     TensorGroup g = index_.group(name);
     check(!g.members.empty(), "missing tensor '", name, "' (neither '", name, "' nor '", name, ".weight' is in the checkpoint)");
+    return g;
+  }
+
+  // The format whose probe_group scores highest; an error naming the group when none claims it.
+  const WeightFormat& claim(const TensorGroup& g) const {
     int best = 0;
     const WeightFormat* fmt = nullptr;
     std::string names;
@@ -69,9 +76,32 @@ class GroupLoader {
       if (s > best) best = s, fmt = f.get();
     }
     if (!fmt) fail("no format plugin claims tensor group ", g.describe(), " (formats loaded: ", names, ")");
-    auto t = fmt->load(g, be_);
+    return *fmt;
+  }
+
+  std::unique_ptr<QuantizedTensor> load(const std::string& name) {
+    TensorGroup g = group(name);
+    auto t = claim(g).load(g, be_);
     bytes_ += t->bytes();
     return t;
+  }
+
+  // Experts as one set from the format that claims the first expert, or per-expert loads.
+  std::unique_ptr<ExpertSet> load_experts(const std::vector<std::string>& names,
+                                          const std::function<void(const QuantizedTensor&, const std::string&)>& check_shape) {
+    std::vector<TensorGroup> groups;
+    for (const auto& n : names) groups.push_back(group(n));
+    if (auto set = claim(groups[0]).load_experts(groups, be_)) {
+      bytes_ += set->bytes();
+      return set;
+    }
+    std::vector<std::unique_ptr<QuantizedTensor>> each;
+    for (size_t e = 0; e < groups.size(); ++e) {
+      each.push_back(claim(groups[e]).load(groups[e], be_));
+      check_shape(*each.back(), names[e]);
+      bytes_ += each.back()->bytes();
+    }
+    return make_per_expert_set(std::move(each), be_);
   }
 
  private:
@@ -91,6 +121,19 @@ class LayerWeights : public WeightLoader {
     check(t->shape() == shape, "tensor '", full_name(name), "': expected shape ", shape_str(shape), ", found ",
           shape_str(t->shape()));
     return t;
+  }
+  std::unique_ptr<ExpertSet> experts(const std::vector<std::string>& names, const std::vector<int64_t>& shape) override {
+    check(!names.empty(), "experts: no names");
+    std::vector<std::string> full;
+    for (const auto& n : names) full.push_back(full_name(n));
+    auto check_shape = [&](const QuantizedTensor& t, const std::string& name) {
+      check(t.shape() == shape, "tensor '", name, "': expected shape ", shape_str(shape), ", found ", shape_str(t.shape()));
+    };
+    auto set = g_.load_experts(full, check_shape);
+    check(set->n_experts() == int(names.size()) && set->rows() == shape[0] && set->cols() == shape[1], "experts '",
+          full[0], "' …: expected ", names.size(), " × ", shape_str(shape), ", found ", set->n_experts(), " × [",
+          set->rows(), ", ", set->cols(), "]");
+    return set;
   }
   std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape) override {
     auto t = g_.load(full_name(name));

@@ -36,14 +36,15 @@ std::string TensorGroup::describe() const {
 }
 
 void QuantizedTensor::matmul(const Tensor& x, const Tensor& y) const {
-  check(shape_.size() == 2, "matmul: weight of type ", type_name(), " has shape ", shape_str(shape_),
-        ", expected 2-D [out, in]");
-  check(x.dtype == DType::F32 && y.dtype == DType::F32, "matmul: expected f32 activations, found ",
-        dtype_name(x.dtype), " -> ", dtype_name(y.dtype));
-  check(x.cols == cols(), "matmul: input has ", x.cols, " columns, weight ", shape_str(shape_),
-        " expects ", cols());
-  check(y.cols == rows() && y.rows == x.rows, "matmul: output is [", y.rows, ", ", y.cols,
-        "], expected [", x.rows, ", ", rows(), "]");
+  // Plain ifs: check()'s arguments (shape strings) would be built on every call of this hot path.
+  if (shape_.size() != 2)
+    fail("matmul: weight of type ", type_name(), " has shape ", shape_str(shape_), ", expected 2-D [out, in]");
+  if (x.dtype != DType::F32 || y.dtype != DType::F32)
+    fail("matmul: expected f32 activations, found ", dtype_name(x.dtype), " -> ", dtype_name(y.dtype));
+  if (x.cols != cols())
+    fail("matmul: input has ", x.cols, " columns, weight ", shape_str(shape_), " expects ", cols());
+  if (y.cols != rows() || y.rows != x.rows)
+    fail("matmul: output is [", y.rows, ", ", y.cols, "], expected [", x.rows, ", ", rows(), "]");
   if (x.rows == 0) return;
   matmul_raw(x, y);
 }

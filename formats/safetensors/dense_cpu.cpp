@@ -89,7 +89,7 @@ struct Elem<DenseType::F16> {
     Vu em = h & 0x7fffu;
     Vu normal = (em << 13) + ((127u - 15u) << 23);
     Vu special = (em << 13) | 0x7f800000u;
-    Vf sub_f = __builtin_convertvector(Vi(em), Vf) * 0x1p-23f;
+    Vf sub_f = __builtin_convertvector(Vi(em), Vf) * 0x1p-24f;
     Vu sub;
     std::memcpy(&sub, &sub_f, sizeof(sub));
     Vu r = em >= 0x7c00u ? special : (em >= 0x0400u ? normal : sub);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -80,6 +81,13 @@ class SafetensorsCheckpoint final : public Checkpoint {
     return read_text(p, "config");
   }
 
+  // HF folders keep tokenizer.json and friends beside the weights.
+  std::optional<std::string> side_file(const std::string& name) const override {
+    fs::path p = dir_ / name;
+    if (!is_file(p)) return std::nullopt;
+    return read_text(p, "side file");
+  }
+
   const std::vector<RawTensor>& tensors() const override { return tensors_; }
 
   const RawTensor* find(const std::string& name) const override {
@@ -110,6 +118,7 @@ std::unique_ptr<Checkpoint> open_sharded(const std::string& path, const fs::path
   fs::path dir = index.has_parent_path() ? index.parent_path() : fs::path(".");
   auto ckpt = std::make_unique<SafetensorsCheckpoint>(path, dir);
   auto weight_map = read_weight_map(index);
+  check(!weight_map.empty(), "safetensors: index '", index.string(), "': weight_map lists no tensors");
   std::map<std::string, std::string> first_tensor;  // shard → a tensor that names it, for messages
   for (const auto& [tensor, file] : weight_map) first_tensor.emplace(file, tensor);
   for (const auto& [file, tensor] : first_tensor) {
@@ -119,8 +128,9 @@ std::unique_ptr<Checkpoint> open_sharded(const std::string& path, const fs::path
   }
   for (const auto& [tensor, file] : weight_map) {
     const RawTensor* t = ckpt->find(tensor);
-    check(t && fs::path(t->file) == dir / file, "safetensors: index '", index.string(), "' maps tensor '", tensor,
-          "' to '", file, "', but that file does not hold it");
+    if (!t || fs::path(t->file) != dir / file)
+      fail("safetensors: index '", index.string(), "' maps tensor '", tensor, "' to '", file,
+           "', but that file does not hold it");
   }
   return ckpt;
 }
@@ -131,7 +141,7 @@ int probe_checkpoint(const std::string& path) {
   std::error_code ec;
   fs::path p(path);
   if (fs::is_directory(p, ec)) return is_file(p / kIndexName) || !safetensors_in(p).empty() ? 100 : 0;
-  return ends_with(path, ".safetensors") && is_file(p) ? 100 : 0;
+  return (ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json")) && is_file(p) ? 100 : 0;
 }
 
 std::unique_ptr<Checkpoint> open_checkpoint(const std::string& path) {
@@ -146,9 +156,9 @@ std::unique_ptr<Checkpoint> open_checkpoint(const std::string& path) {
     return ckpt;
   }
   check(is_file(p), "safetensors: '", path, "' does not exist");
-  if (ends_with(path, ".index.json")) return open_sharded(path, p);
+  if (ends_with(path, ".safetensors.index.json")) return open_sharded(path, p);
   check(ends_with(path, ".safetensors"), "safetensors: '", path,
-        "' is neither a folder, a *.safetensors file nor a *.index.json file");
+        "' is neither a folder, a *.safetensors file nor a *.safetensors.index.json file");
   auto ckpt = std::make_unique<SafetensorsCheckpoint>(path, p.has_parent_path() ? p.parent_path() : fs::path("."));
   ckpt->add_file(p);
   return ckpt;

@@ -12,7 +12,8 @@ namespace tandem::safetensors {
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-// 100 for a folder holding the index or *.safetensors files, or for a .safetensors file; else 0.
+// 100 for a folder holding the index or *.safetensors files, or for a .safetensors or
+// .safetensors.index.json file; else 0.
 int probe_checkpoint(const std::string& path);
 
 // Opens `path`: a .safetensors file, an index file, or a folder. With an index, exactly the files it

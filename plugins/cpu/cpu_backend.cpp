@@ -68,6 +68,9 @@ void CpuBackend::gated_rms_norm(const Tensor& y, const Tensor& z, const float* w
 }
 void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) { cpu::add(a, b, out); }
 void CpuBackend::relu2(const Tensor& x) { cpu::relu2(x); }
+void CpuBackend::moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
+  cpu::moe_combine(expert_out, weights, k, out);
+}
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache,
                            float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                            const Tensor& out) {

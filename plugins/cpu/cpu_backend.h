@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
   void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                  float* weights) override;
+  void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) override;
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;
 };
 

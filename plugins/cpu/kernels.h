@@ -20,6 +20,8 @@ void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups
                     const Tensor& out);
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
 void relu2(const Tensor& x);
+// out[t] = Σ_j w[t·k + j]·expert_out[t·k + j], j ascending.
+void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out);
 void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,

@@ -70,4 +70,24 @@ void relu2(const Tensor& x) {
   });
 }
 
+void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
+  check(k >= 1, "moe_combine: k must be positive, found ", k);
+  check_tensor("moe_combine", "out", out, out.rows, out.cols);
+  check_tensor("moe_combine", "expert_out", expert_out, out.rows * k, out.cols);
+  if (out.rows == 0) return;
+  check_ptr("moe_combine", "weights", weights);
+  const int64_t d = out.cols;
+  parallel_for(out.rows, row_grain(d * k), [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      float* dst = out.row(t);
+      for (int64_t c = 0; c < d; ++c) dst[c] = 0.f;
+      for (int j = 0; j < k; ++j) {
+        const float w = weights[t * k + j];
+        const float* src = expert_out.row(t * k + j);
+        for (int64_t c = 0; c < d; ++c) dst[c] += w * src[c];
+      }
+    }
+  });
+}
+
 }  // namespace tandem::cpu

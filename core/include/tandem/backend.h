@@ -79,6 +79,13 @@ class Backend {
   // logits [n, E]; ids/weights [n, k], ordered by descending selection score (ties: lower id).
   virtual void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                          float* weights) = 0;
+  // MoE weighted sum: out[t] = Σ_j weights[t·k + j] · expert_out[t·k + j], j in slot order (fixed, so
+  // a token's result does not depend on the batch). expert_out [n·k, D], weights [n·k], out [n, D].
+  // (Default: not supported, for backends used only by tests of other ops.)
+  virtual void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
+    (void)expert_out, (void)weights, (void)k, (void)out;
+    fail("backend '", device(), "' has no moe_combine");
+  }
   // Picks one token from logits [V] (host or device memory of this backend).
   virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) = 0;
 };

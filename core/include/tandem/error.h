@@ -32,6 +32,8 @@ template <class... A>
   throw Error(os.str());
 }
 
+// Note: the parts are evaluated even when ok is true; on hot paths, or where a part is only valid
+// when the check fails, write `if (!ok) fail(...)` instead.
 template <class... A>
 void check(bool ok, const A&... parts) {
   if (!ok) fail(parts...);

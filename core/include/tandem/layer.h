@@ -55,6 +55,13 @@ class WeightLoader {
   // A weight with the given PyTorch shape ([out, in] for a linear).
   virtual std::unique_ptr<QuantizedTensor> tensor(const std::string& name,
                                                   const std::vector<int64_t>& shape) = 0;
+  // The routed experts names[e] (e = 0..E−1), each of the given shape, as one set.
+  // (Default: not supported, for loaders that serve only non-MoE layers, e.g. in tests.)
+  virtual std::unique_ptr<ExpertSet> experts(const std::vector<std::string>& names,
+                                             const std::vector<int64_t>& shape) {
+    (void)shape;
+    fail("this weight loader cannot load experts (asked for ", names.size(), " experts)");
+  }
   // A small tensor as f32 host memory. The stored shape must equal `shape` once dimensions of size 1
   // are dropped from both (HF conv1d [C, 1, K] and GGUF {K, C} both read as {C, K}).
   virtual std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape) = 0;

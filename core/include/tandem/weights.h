@@ -82,6 +82,22 @@ class QuantizedTensor {
   std::vector<int64_t> shape_;
 };
 
+// The routed experts of one MoE layer: n_experts() weights of one shape [out, in].
+// gather_matmul: y has x.rows·k rows; row r of y = W[ids[r]] · x[r / k]. With k = number of experts
+// per token this is the up projection of every (token, slot); with k = 1 and x holding one row per
+// (token, slot) it is the down projection. ids live in the backend's memory. Each row of y depends
+// only on its x row and expert (batch invariance).
+class ExpertSet {
+ public:
+  virtual ~ExpertSet() = default;
+  virtual int n_experts() const = 0;
+  virtual int64_t rows() const = 0;  // out
+  virtual int64_t cols() const = 0;  // in
+  virtual std::string type_name() const = 0;
+  virtual size_t bytes() const = 0;  // all experts
+  virtual void gather_matmul(const Tensor& x, const int32_t* ids, int k, const Tensor& y) const = 0;
+};
+
 class WeightFormat {
  public:
   virtual ~WeightFormat() = default;
@@ -91,6 +107,13 @@ class WeightFormat {
   // Weight side: how well this format loads the group (0 = not at all), and load it.
   virtual int probe_group(const TensorGroup& group) const = 0;
   virtual std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const = 0;
+  // Optional: the experts of one layer (groups[e] = expert e) as one set, e.g. a stacked tensor with a
+  // fused gather kernel. nullptr (the default) = the core builds a set of per-expert load()s, which
+  // works on the CPU only.
+  virtual std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const {
+    (void)groups, (void)backend;
+    return nullptr;
+  }
 };
 
 }  // namespace tandem

@@ -104,6 +104,7 @@ TEST(SafetensorsReader, ShardedFolderWithIndex) {
                                      {"l.1.w", "model-00002-of-00002.safetensors"},
                                      {"mtp.w", "mtp.safetensors"}});
   test::write_bytes(dir.file("config.json"), R"({"model_type": "nemotron_h"})");
+  test::write_bytes(dir.file("tokenizer.json"), R"({"model": {}})");
 
   for (const std::string& path : {dir.path(), dir.file(kIndexName)}) {
     auto ckpt = open_checkpoint(path);
@@ -115,6 +116,8 @@ TEST(SafetensorsReader, ShardedFolderWithIndex) {
     EXPECT_EQ(test::ref_value("F32", ckpt->find("mtp.w")->data), 11.0);
     EXPECT_EQ(test::ref_value("F32", ckpt->find("l.0.b")->data + 4), 6.0);
     EXPECT_EQ(ckpt->config_json(), R"({"model_type": "nemotron_h"})");
+    EXPECT_EQ(ckpt->side_file("tokenizer.json"), std::optional<std::string>(R"({"model": {}})"));
+    EXPECT_EQ(ckpt->side_file("generation_config.json"), std::nullopt);
   }
 }
 
@@ -140,6 +143,9 @@ TEST(SafetensorsReader, ProbePath) {
   EXPECT_EQ(fmt.probe_path(dir.path()), 100);
   EXPECT_EQ(fmt.probe_path(dir.file("m.safetensors")), 100);
   EXPECT_EQ(fmt.probe_path(indexed.path()), 100);
+  EXPECT_EQ(fmt.probe_path(indexed.file(kIndexName)), 100);
+  test::write_bytes(dir.file("pytorch_model.bin.index.json"), R"({"weight_map":{}})");
+  EXPECT_EQ(fmt.probe_path(dir.file("pytorch_model.bin.index.json")), 0);
   EXPECT_EQ(fmt.probe_path(dir.file("m.gguf")), 0);
   EXPECT_EQ(fmt.probe_path(empty.path()), 0);
   EXPECT_EQ(fmt.probe_path(dir.file("absent.safetensors")), 0);
@@ -268,6 +274,8 @@ TEST(BadFolder, BadIndexJson) {
   expect_error([&] { open_checkpoint(dir.path()); }, {kIndexName, "'weight_map'"});
   test::write_bytes(dir.file(kIndexName), R"({"weight_map": {"x": 3}})");
   expect_error([&] { open_checkpoint(dir.path()); }, {kIndexName, "'x'", "not a file name"});
+  test::write_bytes(dir.file(kIndexName), R"({"weight_map": {}})");
+  expect_error([&] { open_checkpoint(dir.path()); }, {kIndexName, "lists no tensors"});
   test::write_bytes(dir.file(kIndexName), R"({"weight_map": )");
   expect_error([&] { open_checkpoint(dir.path()); }, {kIndexName, "not valid JSON"});
 }
