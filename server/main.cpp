@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli.h"
+#include "serve_command.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
 #include "tandem/npy.h"
@@ -22,6 +23,11 @@ commands:
   logits    --tokens FILE --out x.npy     float32 logits of every position, [n_tokens, vocab]
   inspect                                  print the checkpoint's metadata and tensor table
   plugins                                  list the loaded plugins and what they provide
+  serve     [--host ADDR] [--port N] [--api-key K[,K…]] [--api-key-file FILE] [--metrics-key K]
+            [--served-model-name NAME] [--alias NAME[,NAME…]] [--slots N] [--max-queue N]
+            [--queue-timeout S] [--max-body-bytes N] [--default-max-tokens N] [--prefill-chunk N]
+            [--drain-timeout S] [--sse-ping-interval S] [--strict-fields]
+            OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, exit 0
   help
 
 model options (every model command):
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
     if (cmd == "logits") return cmd_logits(rest(argc, argv));
     if (cmd == "inspect") return cmd_inspect(rest(argc, argv));
     if (cmd == "plugins") return cmd_plugins(rest(argc, argv));
+    if (cmd == "serve") return server::cmd_serve(rest(argc, argv));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -186,13 +186,13 @@ std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& o, PluginRegistry
   std::string name = o.format;
   if (o.format == "auto") {
     int best = 0;
-    for (const auto& [fname, f] : reg.formats()) {
+    for (const auto& [fname, f] : reg.formats(o.device)) {
       int s = f->probe_path(o.path);
       if (s > best) best = s, container = f, name = fname;
     }
     check(container != nullptr, "no format plugin can read '", o.path, "'");
   } else {
-    container = reg.format(o.format);
+    container = reg.format(o.format, o.device);
     check(container->probe_path(o.path) > 0, "format '", o.format, "' cannot read '", o.path, "'");
   }
   if (format_name) *format_name = name;
@@ -204,7 +204,7 @@ std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
   Impl& im = *m->impl_;
 
   im.checkpoint = open_checkpoint(o, reg, &m->format_name_);
-  auto formats = reg.formats();
+  auto formats = reg.formats(o.device);
   m->desc_ = parse_model_config(im.checkpoint->config_json(), o.path + " (config)");
   const ModelDesc& d = m->desc_;
 

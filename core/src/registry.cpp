@@ -47,11 +47,15 @@ struct PluginRegistry::Impl {
   std::vector<std::string> skipped;
   std::vector<std::string> loaded_files;  // canonical paths
 
+  // The provider built for `device`, else the device-neutral one.
   const Provider* find(tandem_kind kind, const std::string& name, const std::string& device) const {
+    const Provider* neutral = nullptr;
     for (const auto& p : providers)
-      if (p.info.kind == kind && p.info.name == name && (p.info.device == device || p.info.device.empty()))
-        return &p;
-    return nullptr;
+      if (p.info.kind == kind && p.info.name == name) {
+        if (p.info.device == device) return &p;
+        if (p.info.device.empty()) neutral = &p;
+      }
+    return neutral;
   }
   std::string available(tandem_kind kind) const {
     std::string s;
@@ -197,14 +201,16 @@ std::shared_ptr<LayerFactory> PluginRegistry::layer(const std::string& name, con
   auto o = create(TANDEM_KIND_LAYER, name, device);
   return std::shared_ptr<LayerFactory>(o, static_cast<LayerFactory*>(o.get()));
 }
-std::shared_ptr<WeightFormat> PluginRegistry::format(const std::string& name) {
-  auto o = create(TANDEM_KIND_FORMAT, name, "");
+std::shared_ptr<WeightFormat> PluginRegistry::format(const std::string& name, const std::string& device) {
+  auto o = create(TANDEM_KIND_FORMAT, name, device);
   return std::shared_ptr<WeightFormat>(o, static_cast<WeightFormat*>(o.get()));
 }
-std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> PluginRegistry::formats() {
+std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> PluginRegistry::formats(const std::string& device) {
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> out;
   for (const auto& p : impl_->providers)
-    if (p.info.kind == TANDEM_KIND_FORMAT) out.emplace_back(p.info.name, format(p.info.name));
+    if (p.info.kind == TANDEM_KIND_FORMAT &&
+        std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.first == p.info.name; }))
+      out.emplace_back(p.info.name, format(p.info.name, device));
   return out;
 }
 

@@ -49,9 +49,11 @@ class TANDEM_API PluginRegistry {
   // Lookups. Each throws a one-line error naming what was asked and what is available.
   std::shared_ptr<Backend> backend(const std::string& device);
   std::shared_ptr<LayerFactory> layer(const std::string& name, const std::string& device);
-  std::shared_ptr<WeightFormat> format(const std::string& name);
-  // All formats, with their names, in registration order.
-  std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats();
+  // A format's provider for `device`: the one built for that device (e.g. "safetensors" from
+  // libtandem-safetensors-cuda.so for "cuda") if loaded, else its device-neutral provider ("").
+  std::shared_ptr<WeightFormat> format(const std::string& name, const std::string& device = "");
+  // One provider per format name, chosen for `device` as format() does, in registration order.
+  std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats(const std::string& device = "");
 
  private:
   struct Impl;

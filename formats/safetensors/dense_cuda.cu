@@ -1,0 +1,373 @@
+// Dense BF16/F16/F32 weights on the GPU: the warp-per-output GEMV used for decode and verify (and
+// for every MoE gather), a tiled kernel for prefill, row gathers, and the QuantizedTensor/ExpertSet
+// classes that upload a checkpoint's bytes and queue these kernels.
+#include "dense_cuda.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "dense_cuda.cuh"
+#include "tandem/error.h"
+
+namespace tandem::safetensors {
+
+using cuda::ceil_div;
+using cuda::check_cuda;
+using cuda::check_launch;
+using cuda::WElem;
+using cuda::WType;
+
+namespace {
+
+constexpr int kWarps = 8;           // output rows per GEMV block, one per warp
+constexpr int kLaneSpan = 8;        // consecutive elements a lane takes per step
+constexpr int kStep = 32 * kLaneSpan;
+
+// acc[r] += x[r] · w over one weight row, for the rows r < nr. Lane l takes elements
+// l·8 + 256·t + e (e = 0..7, in order), one fmaf each; that order is fixed by k alone, so row r's
+// partial sums never depend on nr or on which loads were vectorized.
+template <WType T, int NR>
+__device__ __forceinline__ void lane_dots(const typename WElem<T>::type* wr, int64_t k, bool wvec, const float* x,
+                                          int64_t x_stride, int nr, bool xvec, float* acc) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t base = int64_t(lane) * kLaneSpan; base < k; base += kStep) {
+    const bool full = base + kLaneSpan <= k;
+    float wv[kLaneSpan];
+    if (full && wvec) {
+      WElem<T>::get8(wr + base, wv);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kLaneSpan; ++e) wv[e] = base + e < k ? WElem<T>::get(wr, base + e) : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r >= nr) break;
+      const float* xr = x + r * x_stride + base;
+      if (full) {
+        float xv[kLaneSpan];
+        if (xvec) {
+          const float4 a = *reinterpret_cast<const float4*>(xr), b = *reinterpret_cast<const float4*>(xr + 4);
+          xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < kLaneSpan; ++e) xv[e] = xr[e];
+        }
+#pragma unroll
+        for (int e = 0; e < kLaneSpan; ++e) acc[r] = fmaf(wv[e], xv[e], acc[r]);
+      } else {
+        for (int e = 0; e < kLaneSpan && base + e < k; ++e) acc[r] = fmaf(wv[e], xr[e], acc[r]);
+      }
+    }
+  }
+}
+
+template <WType T, int NR>
+__global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t k, bool wvec, const float* x, int nr,
+                            bool xvec, float* y) {
+  const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (o >= m) return;  // a whole warp leaves together
+  float acc[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
+  lane_dots<T, NR>(w + o * k, k, wvec, x, k, nr, xvec, acc);
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (r >= nr) break;
+    const float s = cuda::warp_sum(acc[r]);
+    if ((threadIdx.x & 31) == 0) y[r * m + o] = s;
+  }
+}
+
+template <WType T>
+__global__ void gather_kernel(const typename WElem<T>::type* w, int n_experts, int64_t m, int64_t k, bool wvec,
+                              const float* x, bool xvec, const int32_t* ids, int per_x, int64_t rows, float* y) {
+  const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (o >= m) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int32_t e = ids[r];
+    if (e < 0 || e >= n_experts) {
+      if ((threadIdx.x & 31) == 0) y[r * m + o] = __int_as_float(0x7fc00000);
+      continue;
+    }
+    float acc[1] = {0.0f};
+    lane_dots<T, 1>(w + (int64_t(e) * m + o) * k, k, wvec, x + (r / per_x) * k, k, 1, xvec, acc);
+    const float s = cuda::warp_sum(acc[0]);
+    if ((threadIdx.x & 31) == 0) y[r * m + o] = s;
+  }
+}
+
+// Prefill: 64×64 output tiles, k in steps of 16 through shared memory; each thread owns a 4×4 block
+// and sums its outputs in k order.
+constexpr int kTile = 64, kTileK = 16, kGemmThreads = 256;
+
+template <WType T>
+__global__ void gemm_kernel(const typename WElem<T>::type* w, int64_t m, int64_t k, const float* x, int64_t n,
+                            float* y) {
+  __shared__ float xs[kTileK][kTile + 4];
+  __shared__ float ws[kTileK][kTile + 4];
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+    for (int idx = threadIdx.x; idx < kTile * kTileK; idx += kGemmThreads) {
+      const int rr = idx / kTileK, kk = idx % kTileK;
+      const int64_t gk = k0 + kk;
+      xs[kk][rr] = row0 + rr < n && gk < k ? x[(row0 + rr) * k + gk] : 0.0f;
+      ws[kk][rr] = col0 + rr < m && gk < k ? WElem<T>::get(w, (col0 + rr) * k + gk) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = xs[kk][ty * 4 + i], b[i] = ws[kk][tx * 4 + i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = row0 + ty * 4 + i, c = col0 + tx * 4 + j;
+      if (r < n && c < m) y[r * m + c] = acc[i][j];
+    }
+}
+
+constexpr int kIdsPerLaunch = 64;
+struct RowIds {
+  int32_t id[kIdsPerLaunch];
+};
+
+template <WType T>
+__global__ void get_rows_kernel(const typename WElem<T>::type* w, int64_t k, RowIds ids, float* out) {
+  const int i = blockIdx.y;
+  const typename WElem<T>::type* src = w + int64_t(ids.id[i]) * k;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < k; c += int64_t(gridDim.x) * blockDim.x)
+    out[i * k + c] = WElem<T>::get(src, c);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+size_t elem_bytes(WType t) { return t == WType::F32 ? 4 : 2; }
+// Vector loads of 8 weights need every row 16-byte aligned; x rows need it for float4 loads.
+bool w_vec(WType t, const void* w, int64_t k) { return aligned16(w) && (size_t(k) * elem_bytes(t)) % 16 == 0; }
+bool x_vec(const float* x, int64_t k) { return aligned16(x) && k % 4 == 0; }
+
+template <WType T>
+void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t n, float* y, cudaStream_t s) {
+  using E = typename WElem<T>::type;
+  const E* w = static_cast<const E*>(wp);
+  if (n > kGemvMaxRows) {
+    dim3 grid(unsigned(ceil_div(m, kTile)), unsigned(ceil_div(n, kTile)));
+    check(grid.y <= 65535, "matmul (cuda): ", n, " rows exceed one launch");
+    gemm_kernel<T><<<grid, kGemmThreads, 0, s>>>(w, m, k, x, n, y);
+    return check_launch("dense matmul (tiled)");
+  }
+  const unsigned blocks = unsigned(ceil_div(m, kWarps));
+  const bool wv = w_vec(T, wp, k), xv = x_vec(x, k);
+  const int nr = int(n);
+  if (n == 1) gemv_kernel<T, 1><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
+  else if (n <= 4) gemv_kernel<T, 4><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
+  else gemv_kernel<T, kGemvMaxRows><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
+  check_launch("dense matmul (gemv)");
+}
+
+template <WType T>
+void gather_typed(const void* wp, int n_experts, int64_t m, int64_t k, const float* x, const int32_t* ids, int per_x,
+                  int64_t rows, float* y, cudaStream_t s) {
+  using E = typename WElem<T>::type;
+  dim3 grid(unsigned(ceil_div(m, kWarps)), unsigned(std::min<int64_t>(rows, 65535)));
+  gather_kernel<T><<<grid, kWarps * 32, 0, s>>>(static_cast<const E*>(wp), n_experts, m, k, w_vec(T, wp, k), x,
+                                                x_vec(x, k), ids, per_x, rows, y);
+  check_launch("dense gather_matmul");
+}
+
+template <WType T>
+void get_rows_typed(const void* wp, int64_t k, const int32_t* ids, int n, float* out, cudaStream_t s) {
+  using E = typename WElem<T>::type;
+  for (int i0 = 0; i0 < n; i0 += kIdsPerLaunch) {
+    RowIds batch{};
+    const int cnt = std::min(kIdsPerLaunch, n - i0);
+    std::memcpy(batch.id, ids + i0, size_t(cnt) * sizeof(int32_t));
+    dim3 grid(unsigned(std::min<int64_t>(ceil_div(k, 256), 64)), unsigned(cnt));
+    get_rows_kernel<T><<<grid, 256, 0, s>>>(static_cast<const E*>(wp), k, batch, out + int64_t(i0) * k);
+    check_launch("dense get_rows");
+  }
+}
+
+}  // namespace
+
+void launch_dense_matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_t n, float* y,
+                         cudaStream_t stream) {
+  if (n == 0 || m == 0) return;
+  switch (t) {
+    case WType::BF16: return matmul_typed<WType::BF16>(w, m, k, x, n, y, stream);
+    case WType::F16: return matmul_typed<WType::F16>(w, m, k, x, n, y, stream);
+    case WType::F32: return matmul_typed<WType::F32>(w, m, k, x, n, y, stream);
+  }
+}
+
+void launch_dense_gather_matmul(WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x,
+                                const int32_t* ids, int per_x, int64_t rows, float* y, cudaStream_t stream) {
+  if (rows == 0 || m == 0) return;
+  switch (t) {
+    case WType::BF16: return gather_typed<WType::BF16>(w, n_experts, m, k, x, ids, per_x, rows, y, stream);
+    case WType::F16: return gather_typed<WType::F16>(w, n_experts, m, k, x, ids, per_x, rows, y, stream);
+    case WType::F32: return gather_typed<WType::F32>(w, n_experts, m, k, x, ids, per_x, rows, y, stream);
+  }
+}
+
+void launch_dense_get_rows(WType t, const void* w, int64_t k, const int32_t* ids_host, int n, float* out,
+                           cudaStream_t stream) {
+  if (n == 0 || k == 0) return;
+  switch (t) {
+    case WType::BF16: return get_rows_typed<WType::BF16>(w, k, ids_host, n, out, stream);
+    case WType::F16: return get_rows_typed<WType::F16>(w, k, ids_host, n, out, stream);
+    case WType::F32: return get_rows_typed<WType::F32>(w, k, ids_host, n, out, stream);
+  }
+}
+
+// ---- the weight classes ----
+
+namespace {
+
+WType wtype_of(const RawTensor& raw) {
+  if (raw.dtype == "BF16") return WType::BF16;
+  if (raw.dtype == "F16") return WType::F16;
+  if (raw.dtype == "F32") return WType::F32;
+  fail("safetensors (cuda): tensor '", raw.name, "': dtype ", raw.dtype, " is not dense, expected BF16, F16 or F32");
+}
+
+const char* wtype_name(WType t) { return t == WType::BF16 ? "BF16" : t == WType::F16 ? "F16" : "F32"; }
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void check_bytes(const RawTensor& raw, WType t) {
+  const size_t want = size_t(numel_of(raw.shape)) * elem_bytes(t);
+  check(raw.nbytes == want, "safetensors (cuda): tensor '", raw.name, "': shape ", shape_str(raw.shape), " of ",
+        raw.dtype, " needs ", want, " bytes, found ", raw.nbytes);
+}
+
+// Device bytes → f32 host values.
+void to_f32(WType t, const std::vector<uint8_t>& bytes, int64_t n, float* out) {
+  const auto* h = reinterpret_cast<const uint16_t*>(bytes.data());
+  switch (t) {
+    case WType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]); break;
+    case WType::F16: for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]); break;
+    case WType::F32: std::memcpy(out, bytes.data(), size_t(n) * sizeof(float)); break;
+  }
+}
+
+void check_f32_rows(const char* op, const std::string& name, const Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dtype != DType::F32 || t.rows != rows || t.cols != cols)
+    fail(op, ": tensor '", name, "': ", dtype_name(t.dtype), " [", t.rows, ", ", t.cols, "], expected f32 [", rows,
+         ", ", cols, "]");
+}
+
+class DenseCudaTensor final : public QuantizedTensor {
+ public:
+  DenseCudaTensor(const RawTensor& raw, Backend& be) : name_(raw.name), type_(wtype_of(raw)) {
+    check_bytes(raw, type_);
+    shape_ = raw.shape;
+    numel_ = numel_of(shape_);
+    buf_ = be.alloc(std::max<size_t>(raw.nbytes, 16));
+    be.upload(buf_->data(), raw.data, raw.nbytes);
+  }
+
+  std::string type_name() const override { return wtype_name(type_); }
+  size_t bytes() const override { return size_t(numel_) * elem_bytes(type_); }
+
+  void get_rows(const int32_t* ids, int n, const Tensor& out) const override {
+    check(shape_.size() == 2, "get_rows: tensor '", name_, "' has shape ", shape_str(shape_), ", expected 2-D");
+    check_f32_rows("get_rows", name_, out, n, cols());
+    for (int i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= rows())
+        fail("get_rows: tensor '", name_, "': id ", ids[i], " at position ", i, " is outside [0, ", rows(), ")");
+    launch_dense_get_rows(type_, buf_->data(), cols(), ids, n, out.f32(), cuda::stream());
+  }
+
+  void dequantize(float* out_host) const override {
+    std::vector<uint8_t> bytes(this->bytes());
+    check_cuda(cudaMemcpyAsync(bytes.data(), buf_->data(), bytes.size(), cudaMemcpyDeviceToHost, cuda::stream()),
+               "dequantize: download");
+    check_cuda(cudaStreamSynchronize(cuda::stream()), "dequantize: synchronize");
+    to_f32(type_, bytes, numel_, out_host);
+  }
+
+ protected:
+  void matmul_raw(const Tensor& x, const Tensor& y) const override {
+    launch_dense_matmul(type_, buf_->data(), rows(), cols(), x.f32(), x.rows, y.f32(), cuda::stream());
+  }
+
+ private:
+  std::string name_;
+  WType type_;
+  int64_t numel_ = 0;
+  std::unique_ptr<Buffer> buf_;
+};
+
+class DenseCudaExperts final : public ExpertSet {
+ public:
+  DenseCudaExperts(const std::vector<const RawTensor*>& experts, Backend& be) {
+    check(!experts.empty(), "safetensors (cuda): an expert set needs at least one expert");
+    const RawTensor& first = *experts[0];
+    type_ = wtype_of(first);
+    check(first.shape.size() == 2, "safetensors (cuda): expert '", first.name, "' has shape ", shape_str(first.shape),
+          ", expected 2-D");
+    n_ = int(experts.size());
+    m_ = first.shape[0];
+    k_ = first.shape[1];
+    for (const RawTensor* e : experts) {
+      check(e->dtype == first.dtype && e->shape == first.shape, "safetensors (cuda): expert '", e->name, "' is ",
+            e->dtype, " ", shape_str(e->shape), ", expected ", first.dtype, " ", shape_str(first.shape), " like '",
+            first.name, "'");
+      check_bytes(*e, type_);
+    }
+    const size_t each = size_t(m_ * k_) * elem_bytes(type_);
+    buf_ = be.alloc(std::max<size_t>(each * size_t(n_), 16));
+    for (int e = 0; e < n_; ++e) be.upload(static_cast<uint8_t*>(buf_->data()) + each * size_t(e), experts[e]->data, each);
+    name_ = first.name;
+  }
+
+  int n_experts() const override { return n_; }
+  int64_t rows() const override { return m_; }
+  int64_t cols() const override { return k_; }
+  std::string type_name() const override { return wtype_name(type_); }
+  size_t bytes() const override { return size_t(n_) * size_t(m_ * k_) * elem_bytes(type_); }
+
+  void gather_matmul(const Tensor& x, const int32_t* ids, int k, const Tensor& y) const override {
+    if (k < 1) fail("gather_matmul: experts '", name_, "' …: k must be positive, found ", k);
+    check_f32_rows("gather_matmul", name_, x, x.rows, k_);
+    check_f32_rows("gather_matmul", name_, y, x.rows * k, m_);
+    if (y.rows == 0) return;
+    if (!ids) fail("gather_matmul: experts '", name_, "' …: ids are null");
+    launch_dense_gather_matmul(type_, buf_->data(), n_, m_, k_, x.f32(), ids, k, y.rows, y.f32(), cuda::stream());
+  }
+
+ private:
+  std::string name_;
+  WType type_ = WType::F32;
+  int n_ = 0;
+  int64_t m_ = 0, k_ = 0;
+  std::unique_ptr<Buffer> buf_;
+};
+
+}  // namespace
+
+std::unique_ptr<QuantizedTensor> load_dense_cuda(const RawTensor& raw, Backend& backend) {
+  return std::make_unique<DenseCudaTensor>(raw, backend);
+}
+
+std::unique_ptr<ExpertSet> load_dense_experts_cuda(const std::vector<const RawTensor*>& experts, Backend& backend) {
+  return std::make_unique<DenseCudaExperts>(experts, backend);
+}
+
+}  // namespace tandem::safetensors

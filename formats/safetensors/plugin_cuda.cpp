@@ -1,0 +1,63 @@
+// Entry point of libtandem-safetensors-cuda.so: the "safetensors" format for device "cuda". It reads
+// checkpoints with the same container code as the CPU module and loads dense weights onto the GPU.
+// Scores 0 (skipped) without a CUDA device, so the device-neutral module then serves alone.
+#include "cuda_util.h"
+#include "dense_cpu.h"
+#include "dense_cuda.h"
+#include "safetensors_format.h"
+#include "tandem/backend.h"
+#include "tandem/error.h"
+#include "tandem/plugin_util.h"
+#include "tandem/registry.h"
+
+namespace tandem::safetensors {
+namespace {
+
+const RawTensor* main_member(const TensorGroup& group) {
+  const RawTensor* t = group.member("weight");
+  return t ? t : group.member("");
+}
+
+class CudaSafetensorsFormat final : public WeightFormat {
+ public:
+  int probe_path(const std::string& path) const override { return host_.probe_path(path); }
+  std::unique_ptr<Checkpoint> open(const std::string& path) const override { return host_.open(path); }
+  int probe_group(const TensorGroup& group) const override { return host_.probe_group(group); }
+
+  std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const override {
+    if (backend.device() != "cuda") return host_.load(group, backend);
+    const RawTensor* t = main_member(group);
+    check(t && is_dense_dtype(t->dtype), "safetensors (cuda): group ", group.describe(),
+          " has no BF16, F16 or F32 'weight' or exact-name tensor");
+    return load_dense_cuda(*t, backend);
+  }
+
+  std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const override {
+    if (backend.device() != "cuda") return host_.load_experts(groups, backend);
+    std::vector<const RawTensor*> experts;
+    for (const auto& g : groups) {
+      const RawTensor* t = main_member(g);
+      check(t && is_dense_dtype(t->dtype), "safetensors (cuda): expert group ", g.describe(),
+            " has no BF16, F16 or F32 'weight' or exact-name tensor");
+      experts.push_back(t);
+    }
+    return load_dense_experts_cuda(experts, backend);
+  }
+
+ private:
+  SafetensorsFormat host_;
+};
+
+}  // namespace
+}  // namespace tandem::safetensors
+
+namespace {
+using Factory = tandem::Factory<tandem::WeightFormat, tandem::safetensors::CudaSafetensorsFormat>;
+const tandem_provider kProviders[] = {
+    {TANDEM_KIND_FORMAT, "safetensors", "cuda", &Factory::create, &Factory::destroy},
+};
+}  // namespace
+
+TANDEM_PLUGIN_EXPORT int tandem_plugin_score(void) { return tandem::cuda::plugin_score(); }
+
+TANDEM_DEFINE_PLUGIN("safetensors-cuda", "0.1.0", nullptr, kProviders)

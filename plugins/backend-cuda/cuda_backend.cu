@@ -1,0 +1,234 @@
+// CudaBackend: the caching block pool, copies, and the Backend ops validated on the host and queued
+// as kernels (kernels_cuda.cuh) on the module stream.
+#include "cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda_util.cuh"
+#include "kernels_cuda.cuh"
+#include "plugins/cpu/check.h"
+#include "plugins/cpu/kernels.h"
+
+namespace tandem::cuda {
+
+using cpu::check_ptr;
+using cpu::check_tensor;
+
+// Device blocks from cudaMalloc, kept after release and reused. All work runs on one stream, so a
+// block handed out again is only touched by work queued after everything that used it before.
+class BlockPool {
+ public:
+  ~BlockPool() {
+    // Process exit may have torn the runtime down already; nothing useful can be done on error.
+    for (auto& [size, p] : free_) (void)cudaFree(p);
+  }
+
+  void* get(size_t bytes, size_t& got) {
+    const size_t r = round(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.lower_bound(r);
+    if (it != free_.end() && it->first < 2 * r) {
+      got = it->first;
+      void* p = it->second;
+      free_.erase(it);
+      return p;
+    }
+    void* p = nullptr;
+    if (cudaMalloc(&p, r) != cudaSuccess) {
+      (void)cudaGetLastError();
+      release_cached();  // cudaFree waits for the device, then the cache is retried as fresh memory
+      if (cudaMalloc(&p, r) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail("cuda: cannot allocate ", bytes, " bytes of device memory (", held_, " bytes held by this backend)");
+      }
+    }
+    held_ += r;
+    got = r;
+    return p;
+  }
+
+  void put(void* p, size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace(size, p);
+  }
+
+  size_t held() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
+ private:
+  // Small blocks in 512-byte steps; large ones in 2 MiB steps, so that scratch regrown by a few
+  // rows reuses its old block.
+  static size_t round(size_t b) {
+    const size_t step = b < (size_t(1) << 20) ? 512 : (size_t(2) << 20);
+    return std::max(step, (b + step - 1) / step * step);
+  }
+  void release_cached() {
+    for (auto& [size, p] : free_) {
+      (void)cudaFree(p);
+      held_ -= size;
+    }
+    free_.clear();
+  }
+
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  size_t held_ = 0;
+};
+
+namespace {
+
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(std::shared_ptr<BlockPool> pool, size_t bytes) : pool_(std::move(pool)), bytes_(bytes) {
+    data_ = pool_->get(bytes, block_);
+  }
+  ~DeviceBuffer() override { pool_->put(data_, block_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  std::shared_ptr<BlockPool> pool_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0, block_ = 0;
+};
+
+void check_copy(const char* op, const void* dst, const void* src, size_t bytes) {
+  check(bytes == 0 || (dst && src), "cuda: ", op, " of ", bytes, " bytes with a null ", dst ? "source" : "destination");
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() : pool_(std::make_shared<BlockPool>()) {
+  check(device_count() > 0, "cuda: no CUDA device is visible to this process");
+  check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
+  auto b = std::make_unique<DeviceBuffer>(pool_, bytes);
+  // Zeroed, as the CPU backend's buffers are: a fresh state or cache reads as zeros on every device.
+  if (bytes) check_cuda(cudaMemsetAsync(b->data(), 0, bytes, stream()), "alloc: cudaMemsetAsync");
+  return b;
+}
+
+void CudaBackend::upload(void* dst, const void* src_host, size_t bytes) {
+  check_copy("upload", dst, src_host, bytes);
+  // From pageable memory the copy is staged before the call returns, so the source may be reused.
+  if (bytes) check_cuda(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyDefault, stream()), "upload");
+}
+
+void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
+  check_copy("download", dst_host, src, bytes);
+  if (!bytes) return;
+  check_cuda(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDefault, stream()), "download");
+  check_cuda(cudaStreamSynchronize(stream()), "download: synchronize");
+}
+
+void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
+
+size_t CudaBackend::pool_bytes() const { return pool_->held(); }
+
+void CudaBackend::rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) {
+  check_tensor("rms_norm", "x", x, x.rows, x.cols);
+  check_tensor("rms_norm", "y", y, x.rows, x.cols);
+  check_ptr("rms_norm", "weight", w);
+  launch_rms_norm(x.f32(), w, eps, x.rows, x.cols, y.f32(), stream());
+}
+
+void CudaBackend::gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
+                                 const Tensor& out) {
+  check_tensor("gated_rms_norm", "y", y, y.rows, y.cols);
+  check_tensor("gated_rms_norm", "z", z, y.rows, y.cols);
+  check_tensor("gated_rms_norm", "out", out, y.rows, y.cols);
+  check_ptr("gated_rms_norm", "weight", w);
+  if (groups <= 0 || y.cols % groups != 0)
+    fail("gated_rms_norm: groups must divide the width ", y.cols, ", found ", groups);
+  launch_gated_rms_norm(y.f32(), z.f32(), w, groups, eps, y.rows, y.cols, out.f32(), stream());
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_tensor("add", "a", a, a.rows, a.cols);
+  check_tensor("add", "b", b, a.rows, a.cols);
+  check_tensor("add", "out", out, a.rows, a.cols);
+  launch_add(a.f32(), b.f32(), a.numel(), out.f32(), stream());
+}
+
+void CudaBackend::relu2(const Tensor& x) {
+  check_tensor("relu2", "x", x, x.rows, x.cols);
+  launch_relu2(x.f32(), x.numel(), stream());
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                            int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) {
+  if (nq <= 0 || nkv <= 0 || hd <= 0)
+    fail("attention: heads and head_dim must be positive, found nq=", nq, " nkv=", nkv, " hd=", hd);
+  if (nq % nkv != 0) fail("attention: query heads ", nq, " are not a multiple of kv heads ", nkv);
+  const int64_t n = q.rows, qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+  check_tensor("attention", "q", q, n, qw);
+  check_tensor("attention", "k", k, n, kw);
+  check_tensor("attention", "v", v, n, kw);
+  check_tensor("attention", "out", out, n, qw);
+  if (pos0 < 0 || pos0 + n > capacity)
+    fail("attention: positions [", pos0, ", ", pos0 + n, ") exceed the cache capacity ", capacity);
+  check_ptr("attention", "k_cache", k_cache);
+  check_ptr("attention", "v_cache", v_cache);
+  if (n == 0) return;
+  // The new rows first (stream order puts them before the kernel); the caller may have projected
+  // k/v straight into the cache rows, then there is nothing to copy.
+  const size_t bytes = size_t(n * kw) * sizeof(float);
+  float* kdst = k_cache + pos0 * kw;
+  float* vdst = v_cache + pos0 * kw;
+  if (k.f32() != kdst) check_cuda(cudaMemcpyAsync(kdst, k.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: k to cache");
+  if (v.f32() != vdst) check_cuda(cudaMemcpyAsync(vdst, v.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: v to cache");
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), stream());
+}
+
+void CudaBackend::moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
+                            float* weights) {
+  if (p.n_experts <= 0) fail("moe_route: n_experts must be positive, found ", p.n_experts);
+  check_tensor("moe_route", "logits", logits, logits.rows, p.n_experts);
+  if (p.n_group <= 0 || p.n_experts % p.n_group != 0)
+    fail("moe_route: n_group must divide n_experts ", p.n_experts, ", found ", p.n_group);
+  if (p.topk_group < 1 || p.topk_group > p.n_group)
+    fail("moe_route: topk_group must be in [1, ", p.n_group, "], found ", p.topk_group);
+  const int64_t eligible = int64_t(p.topk_group) * (p.n_experts / p.n_group);
+  if (p.top_k < 1 || p.top_k > eligible)
+    fail("moe_route: top_k must be in [1, ", eligible, "] (experts in the kept groups), found ", p.top_k);
+  if (!std::isfinite(p.scaling)) fail("moe_route: scaling must be finite, found ", p.scaling);
+  if (logits.rows == 0) return;
+  check_ptr("moe_route", "ids", ids);
+  check_ptr("moe_route", "weights", weights);
+  launch_moe_route(logits.f32(), bias, p, logits.rows, ids, weights, stream());
+}
+
+void CudaBackend::moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
+  if (k < 1) fail("moe_combine: k must be positive, found ", k);
+  check_tensor("moe_combine", "out", out, out.rows, out.cols);
+  check_tensor("moe_combine", "expert_out", expert_out, out.rows * k, out.cols);
+  if (out.rows == 0) return;
+  check_ptr("moe_combine", "weights", weights);
+  launch_moe_combine(expert_out.f32(), weights, k, out.rows, out.cols, out.f32(), stream());
+}
+
+int32_t CudaBackend::sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
+  check_ptr("sample", "logits", logits);
+  cudaPointerAttributes attr{};
+  check_cuda(cudaPointerGetAttributes(&attr, logits), "sample: cudaPointerGetAttributes");
+  if (attr.type != cudaMemoryTypeDevice) return cpu::sample(logits, vocab, p, rng);
+  if (vocab <= 0 || vocab > INT32_MAX) fail("sample: vocab must be in [1, 2^31), found ", vocab);
+  std::vector<float> host(static_cast<size_t>(vocab));
+  download(host.data(), logits, host.size() * sizeof(float));
+  return cpu::sample(host.data(), vocab, p, rng);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,51 @@
+// The CUDA backend: device memory from a caching allocator, copies, and the Backend ops as CUDA
+// kernels (kernels_cuda.cuh). Sampling runs on the host with the CPU kernels.
+// Owner: the registry creates one CudaBackend per request; buffers share the allocator's pool, which
+// lives until the backend and its last buffer are gone. Thread: one driving thread (the engine
+// thread). Sync: every op is queued on the stream (cuda_util.cuh) and returns at once; only
+// download(), synchronize() and sample() of device logits wait.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "tandem/backend.h"
+
+namespace tandem::cuda {
+
+class BlockPool;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  std::string device() const override { return "cuda"; }
+
+  // Blocks are cached on release and handed out again in stream order, so freeing a buffer that
+  // queued kernels still read is safe: the next user's work is queued after them.
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  void upload(void* dst, const void* src_host, size_t bytes) override;
+  void download(void* dst_host, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  void rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) override;
+  void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
+                      const Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void relu2(const Tensor& x) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                 int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
+  void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
+                 float* weights) override;
+  void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) override;
+  // Logits in host memory are sampled in place; device logits are downloaded first.
+  int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;
+
+  // Bytes the pool holds from cudaMalloc (in use and cached), for tests and reports.
+  size_t pool_bytes() const;
+
+ private:
+  std::shared_ptr<BlockPool> pool_;
+};
+
+}  // namespace tandem::cuda

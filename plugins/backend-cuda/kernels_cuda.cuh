@@ -1,0 +1,38 @@
+// The CUDA kernels behind CudaBackend, as launch_<op>(..., cudaStream_t) functions on raw device
+// pointers, so that tests and other CUDA modules can queue them without a backend object.
+// Owner: callers own every pointer (device memory). Thread: one caller per stream.
+// Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
+// Contracts are those of the same-named Backend methods (tandem/backend.h); none needs workspace.
+// Each output row is computed by the same block with the same reduction tree whatever the number
+// of rows, so results are batch invariant bit for bit.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tandem/backend.h"
+
+namespace tandem::cuda {
+
+// x, y [rows, cols] (may alias); w [cols].
+void launch_rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t cols, float* y,
+                     cudaStream_t stream);
+// y, z, out [rows, cols] (out may alias y or z); w [cols]; groups divides cols.
+void launch_gated_rms_norm(const float* y, const float* z, const float* w, int groups, float eps, int64_t rows,
+                           int64_t cols, float* out, cudaStream_t stream);
+void launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+void launch_relu2(float* x, int64_t n, cudaStream_t stream);
+// out[t] = Σ_j w[t·k + j]·expert_out[t·k + j], j ascending, as separate multiply and add (the CPU's
+// rounding, so the two backends agree bit for bit).
+void launch_moe_combine(const float* expert_out, const float* weights, int k, int64_t rows, int64_t cols,
+                        float* out, cudaStream_t stream);
+// Attention of n query rows at positions pos0.. over caches that already hold rows 0 .. pos0+n−1.
+// q, out [n, nq·hd]; caches [capacity, nkv·hd]. hd ≤ kMaxHeadDim.
+constexpr int kMaxHeadDim = 512;
+void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+                      int nq, int nkv, int hd, float* out, cudaStream_t stream);
+// logits [rows, E]; bias [E] or null; ids/weights [rows, top_k]. Parameters already validated.
+void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
+                      float* weights, cudaStream_t stream);
+
+}  // namespace tandem::cuda

@@ -1,0 +1,125 @@
+// The Nemotron-H sigmoid router on the GPU (spec/nemotron_h.md § 5): one block per token. Selection
+// runs as top_k rounds of a block argmax with the CPU's order (score descending, lower id on ties),
+// so ids match the CPU kernel; weights are summed by one thread in slot order, as there.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda_util.cuh"
+#include "kernels_cuda.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// NaN never wins, as in the CPU kernel's rank_key.
+__device__ __forceinline__ float rank_key(float x) { return isnan(x) ? -INFINITY : x; }
+
+// (va, ia) ranks before (vb, ib); id −1 is "none yet".
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
+  if (ia < 0) return false;
+  if (ib < 0) return true;
+  return va > vb || (va == vb && ia < ib);
+}
+
+// Block argmax over (value, id) pairs; every thread gets the winner's id.
+__device__ int block_argmax(float v, int i, float* sv, int* si) {
+  sv[threadIdx.x] = v;
+  si[threadIdx.x] = i;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half && better(sv[threadIdx.x + half], si[threadIdx.x + half], sv[threadIdx.x], si[threadIdx.x])) {
+      sv[threadIdx.x] = sv[threadIdx.x + half];
+      si[threadIdx.x] = si[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  const int best = si[0];
+  __syncthreads();  // sv/si are rewritten by the next call
+  return best;
+}
+
+__global__ void route_kernel(const float* logits, const float* bias, int E, int top_k, int n_group, int topk_group,
+                             bool norm, float scaling, int64_t rows, int32_t* ids, float* weights) {
+  extern __shared__ float smem[];
+  float* s = smem;                                       // [E] sigmoid
+  float* sel = s + E;                                    // [E] selection key
+  float* gscore = sel + E;                               // [n_group]
+  unsigned char* avail = reinterpret_cast<unsigned char*>(gscore + n_group);  // [E] selectable
+  unsigned char* gtaken = avail + E;                                           // [n_group]
+  __shared__ float sv[kThreads];
+  __shared__ int si[kThreads];
+  const int gsize = E / n_group;
+
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* lr = logits + r * E;
+    __syncthreads();
+    for (int j = threadIdx.x; j < E; j += blockDim.x) {
+      const float sj = 1.0f / (1.0f + expf(-lr[j]));
+      s[j] = sj;
+      sel[j] = rank_key(bias ? sj + bias[j] : sj);
+      avail[j] = n_group == 1;
+    }
+    __syncthreads();
+    if (n_group > 1) {
+      // Group score: the sum of its two best selection scores (one when a group has one expert).
+      for (int g = threadIdx.x; g < n_group; g += blockDim.x) {
+        const float* gs = sel + g * gsize;
+        float a = -INFINITY, b = -INFINITY;
+        for (int j = 0; j < gsize; ++j) {
+          if (gs[j] > a) b = a, a = gs[j];
+          else if (gs[j] > b) b = gs[j];
+        }
+        gscore[g] = rank_key(gsize > 1 ? a + b : a);
+        gtaken[g] = 0;
+      }
+      __syncthreads();
+      for (int round = 0; round < topk_group; ++round) {
+        float bv = -INFINITY;
+        int bi = -1;
+        for (int g = threadIdx.x; g < n_group; g += blockDim.x)
+          if (!gtaken[g] && better(gscore[g], g, bv, bi)) bv = gscore[g], bi = g;
+        const int best = block_argmax(bv, bi, sv, si);
+        for (int j = threadIdx.x; j < gsize; j += blockDim.x) avail[best * gsize + j] = 1;
+        if (threadIdx.x == 0) gtaken[best] = 1;
+        __syncthreads();
+      }
+    }
+    int32_t* ir = ids + r * top_k;
+    float* wr = weights + r * top_k;
+    for (int slot = 0; slot < top_k; ++slot) {
+      float bv = -INFINITY;
+      int bi = -1;
+      for (int j = threadIdx.x; j < E; j += blockDim.x)
+        if (avail[j] && better(sel[j], j, bv, bi)) bv = sel[j], bi = j;
+      const int best = block_argmax(bv, bi, sv, si);
+      if (threadIdx.x == 0) {
+        ir[slot] = best;
+        wr[slot] = s[best];
+        avail[best] = 0;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      float sum = 0.0f;
+      for (int j = 0; j < top_k; ++j) sum += wr[j];
+      if (norm)
+        for (int j = 0; j < top_k; ++j) wr[j] /= sum + 1e-20f;
+      for (int j = 0; j < top_k; ++j) wr[j] *= scaling;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
+                      float* weights, cudaStream_t stream) {
+  if (rows == 0) return;
+  const size_t smem = size_t(2 * p.n_experts + p.n_group) * sizeof(float) + size_t(p.n_experts + p.n_group);
+  check(smem <= 48 * 1024, "moe_route (cuda): ", p.n_experts, " experts exceed the kernel's shared memory");
+  route_kernel<<<unsigned(std::min<int64_t>(rows, 65535)), kThreads, smem, stream>>>(
+      logits, bias, p.n_experts, p.top_k, p.n_group, p.topk_group, p.norm_topk_prob, p.scaling, rows, ids, weights);
+  check_launch("moe_route");
+}
+
+}  // namespace tandem::cuda

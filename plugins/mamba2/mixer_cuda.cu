@@ -1,0 +1,262 @@
+// The Mamba2 mixer on the GPU: in_proj → conv → Δ → scan → gated norm → out_proj, with the verify
+// log and replay that make commit(n) exact. Mirrors mixer_cpu.cpp step for step.
+#include "mixer_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "cuda_util.cuh"
+#include "scan_cuda.cuh"
+#include "tandem/error.h"
+
+namespace tandem::mamba2 {
+
+using cuda::check_cuda;
+using cuda::stream;
+
+// Activations of one forward that do not outlive it, shared by the mixers of one factory: layers
+// run one after another on one stream, so a slot reused by the next layer is only overwritten by
+// work queued after this layer's.
+struct CudaArena {
+  struct Slot {
+    std::unique_ptr<Buffer> buf;
+    float* get(Backend& be, int64_t floats) {
+      const size_t bytes = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
+      if (!buf || buf->bytes() < bytes) buf = be.alloc(bytes);
+      return static_cast<float*>(buf->data());
+    }
+  };
+  Slot proj, xbc, dt, y, z, normed, workspace;
+};
+
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t p = 1;
+  for (int64_t s : shape) p *= s;
+  return p;
+}
+
+float* f32(const std::unique_ptr<Buffer>& b) { return b ? static_cast<float*>(b->data()) : nullptr; }
+
+// A log buffer of at least `floats` floats (contents are rewritten by each pass).
+float* grow(std::unique_ptr<Buffer>& b, Backend& be, int64_t floats) {
+  const size_t bytes = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
+  if (!b || b->bytes() < bytes) b = be.alloc(bytes);
+  return static_cast<float*>(b->data());
+}
+
+// Rows of `cols` floats from a strided source into a dense destination.
+void copy_rows(float* dst, const float* src, int64_t src_stride, int64_t n, int64_t cols, const char* what) {
+  if (n == 0) return;
+  check_cuda(cudaMemcpy2DAsync(dst, size_t(cols) * sizeof(float), src, size_t(src_stride) * sizeof(float),
+                               size_t(cols) * sizeof(float), size_t(n), cudaMemcpyDeviceToDevice, stream()),
+             what);
+}
+
+void check_activation(const Tensor& t, const char* what, int n, int hidden) {
+  check(t.dtype == DType::F32, "mamba2 forward: ", what, " must be f32, found ", dtype_name(t.dtype));
+  check(t.rows == n && t.cols == hidden, "mamba2 forward: ", what, " is [", t.rows, ", ", t.cols, "], expected [", n,
+        ", ", hidden, "]");
+}
+
+const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
+
+std::vector<float> download(const Buffer& b, size_t floats) {
+  std::vector<float> v(floats);
+  check_cuda(cudaMemcpyAsync(v.data(), const_cast<Buffer&>(b).data(), floats * sizeof(float), cudaMemcpyDeviceToHost,
+                             stream()),
+             "mamba2: download state");
+  check_cuda(cudaStreamSynchronize(stream()), "mamba2: download state");
+  return v;
+}
+
+}  // namespace
+
+Mamba2CudaState::Mamba2CudaState(const Dims& dm, Backend& backend) : dm_(dm), backend_(backend) {
+  const size_t conv = size_t(dm.conv_dim * (dm.K - 1)) * sizeof(float);
+  const size_t ssm = size_t(int64_t(dm.nh) * dm.P * dm.N) * sizeof(float);
+  // Buffers come zeroed: the empty state.
+  conv_ = backend.alloc(conv);
+  next_conv_ = backend.alloc(conv);
+  ssm_ = backend.alloc(ssm);
+  next_ssm_ = backend.alloc(ssm);
+}
+
+size_t Mamba2CudaState::bytes() const {
+  size_t n = 0;
+  for (const auto* b : {&conv_, &ssm_, &next_conv_, &next_ssm_, &u_log_, &xbc_log_, &dt_log_})
+    if (*b) n += (*b)->bytes();
+  return n;
+}
+
+std::vector<float> Mamba2CudaState::download_conv() const { return download(*conv_, size_t(dm_.conv_dim * (dm_.K - 1))); }
+std::vector<float> Mamba2CudaState::download_ssm() const {
+  return download(*ssm_, size_t(int64_t(dm_.nh) * dm_.P * dm_.N));
+}
+
+Mamba2CudaMixer::Mamba2CudaMixer(const MambaDesc& desc, int hidden, WeightLoader& weights, Backend& backend,
+                                 std::shared_ptr<CudaArena> arena)
+    : desc_(desc), dm_(Dims::from(desc)), hidden_(hidden), backend_(backend), arena_(std::move(arena)) {
+  check(hidden > 0, "mamba2: hidden size must be > 0, found ", hidden);
+  check(backend.device() == "cuda", "mamba2 (cuda plugin): backend device is '", backend.device(),
+        "', expected 'cuda'");
+  check(dm_.N <= kMaxState, "mamba2 (cuda): state_size ", dm_.N, " exceeds the kernels' limit ", kMaxState);
+
+  auto matrix = [&](const char* name, std::vector<int64_t> shape) {
+    auto t = weights.tensor(name, shape);
+    check(t && t->shape() == shape, "mamba2: weight '", weights.full_name(name), "' loaded as ",
+          t ? shape_str(t->shape()) : std::string("nothing"), ", expected ", shape_str(shape));
+    return t;
+  };
+  auto host_vec = [&](const char* name, std::vector<int64_t> shape) {
+    std::vector<float> v = weights.vector(name, shape);
+    check(int64_t(v.size()) == product(shape), "mamba2: weight '", weights.full_name(name), "' has ", v.size(),
+          " values, expected ", product(shape), " for ", shape_str(shape));
+    return v;
+  };
+  auto upload = [&](const std::vector<float>& v) {
+    auto b = backend.alloc(v.size() * sizeof(float));
+    backend.upload(b->data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  auto vec = [&](const char* name, std::vector<int64_t> shape) { return upload(host_vec(name, shape)); };
+
+  w_.in_proj = matrix("in_proj", {dm_.rows, hidden});
+  w_.out_proj = matrix("out_proj", {hidden, dm_.d_in});
+  if (desc.proj_bias) {
+    w_.in_bias = vec("in_proj.bias", {dm_.rows});
+    w_.out_bias = vec("out_proj.bias", {hidden});
+  }
+  w_.conv_w = vec("conv1d", {dm_.conv_dim, dm_.K});
+  if (desc.conv_bias) w_.conv_b = vec("conv1d.bias", {dm_.conv_dim});
+  w_.dt_bias = vec("dt_bias", {dm_.nh});
+  w_.d = vec("D", {dm_.nh});
+  std::vector<float> a;
+  if (weights.has("A_log")) {
+    a = host_vec("A_log", {dm_.nh});
+    for (float& v : a) v = -std::exp(v);  // on the host, as the CPU mixer does: the same A bits
+  } else if (weights.has("A")) {         // GGUF stores A = −exp(A_log) already
+    a = host_vec("A", {dm_.nh});
+  } else {
+    fail("mamba2: weight '", weights.full_name("A_log"), "' is missing (and no '", weights.full_name("A"),
+         "' either)");
+  }
+  w_.a = upload(a);
+  w_.norm = vec("norm", {dm_.d_in});
+}
+
+Mamba2CudaMixer::~Mamba2CudaMixer() = default;
+
+std::unique_ptr<LayerState> Mamba2CudaMixer::new_state(int64_t max_tokens) const {
+  (void)max_tokens;  // the state has a fixed size; only the verify log grows, with the pass
+  return std::make_unique<Mamba2CudaState>(dm_, backend_);
+}
+
+Mamba2CudaState& Mamba2CudaMixer::state_of(LayerState& state, const char* what) const {
+  auto* st = dynamic_cast<Mamba2CudaState*>(&state);
+  check(st != nullptr, "mamba2 ", what, ": the state was not made by a Mamba2 CUDA mixer");
+  const Dims& s = st->dims();
+  check(s.nh == dm_.nh && s.P == dm_.P && s.G == dm_.G && s.N == dm_.N && s.K == dm_.K, "mamba2 ", what,
+        ": the state is for nh=", s.nh, " P=", s.P, " G=", s.G, " N=", s.N, " K=", s.K, ", this mixer has nh=", dm_.nh,
+        " P=", dm_.P, " G=", dm_.G, " N=", dm_.N, " K=", dm_.K);
+  return *st;
+}
+
+void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
+  Mamba2CudaState& st = state_of(state, "forward");
+  const int n = info.n;
+  check(n >= 0, "mamba2 forward: info.n must be >= 0, found ", n);
+  check_activation(x, "input x", n, hidden_);
+  check_activation(out, "output", n, hidden_);
+  check(info.pos0 == st.pos_, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", st.pos_,
+        " committed tokens");
+  const bool verify = info.mode == ForwardMode::Verify;
+  st.pending_ = false;  // a forward without commit is dropped by the next one
+
+  if (n > 0) {
+    CudaArena& ar = *arena_;
+    Backend& be = backend_;
+    const int64_t rows = dm_.rows, d_in = dm_.d_in, cdim = dm_.conv_dim;
+    float* proj = ar.proj.get(be, n * rows);
+    w_.in_proj->matmul(x, Tensor::f32(proj, n, rows));
+    if (w_.in_bias) launch_add_bias(proj, n, rows, f32(w_.in_bias), stream());
+
+    // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
+    float* dt = verify ? grow(st.dt_log_, be, int64_t(n) * dm_.nh) : ar.dt.get(be, int64_t(n) * dm_.nh);
+    launch_dt(proj, rows, d_in + cdim, f32(w_.dt_bias), dm_.nh, n, !verify && desc_.clamp_dt_prefill,
+              desc_.time_step_min, dt, stream());
+
+    const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
+    float* xbc = verify ? grow(st.xbc_log_, be, n * cdim) : ar.xbc.get(be, n * cdim);
+    launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
+
+    const ScanInput in{xbc, cdim, dt, n};
+    float* y = ar.y.get(be, n * d_in);
+    if (verify) {
+      copy_rows(grow(st.u_log_, be, n * cdim), u, rows, n, cdim, "mamba2: log u");
+      launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, stream());
+    } else {
+      launch_shift_window(f32(st.conv_), u, rows, n, cdim, dm_.K, f32(st.next_conv_), stream());
+      void* ws = ar.workspace.get(be, int64_t(scan_chunked_workspace_bytes(dm_, n) / sizeof(float)) + 1);
+      launch_scan_chunked(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, ws, stream());
+    }
+
+    // z is strided inside proj; the norm takes dense rows.
+    float* z = ar.z.get(be, n * d_in);
+    copy_rows(z, proj, rows, n, d_in, "mamba2: gather z");
+    float* normed = ar.normed.get(be, n * d_in);
+    be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
+                      Tensor::f32(normed, n, d_in));
+    w_.out_proj->matmul(Tensor::f32(normed, n, d_in), out);
+    if (w_.out_bias) launch_add_bias(out.f32(), n, hidden_, f32(w_.out_bias), stream());
+  }
+
+  st.pending_ = true;
+  st.mode_ = info.mode;
+  st.n_ = n;
+  st.pos0_ = info.pos0;
+}
+
+void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
+  Mamba2CudaState& st = state_of(state, "commit");
+  check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
+  check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
+        mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
+        mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
+  check(n_accepted >= 0 && n_accepted <= last.n, "mamba2 commit: n_accepted must be in [0, ", last.n, "], found ",
+        n_accepted);
+  if (last.mode == ForwardMode::Prefill) {
+    check(n_accepted == last.n, "mamba2 commit: a prefill of ", last.n,
+          " tokens must be committed whole, found n_accepted = ", n_accepted);
+    if (n_accepted > 0) {
+      std::swap(st.conv_, st.next_conv_);
+      std::swap(st.ssm_, st.next_ssm_);
+    }
+  } else if (n_accepted > 0) {
+    const int64_t cdim = dm_.conv_dim;
+    launch_shift_window(f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_), stream());
+    std::swap(st.conv_, st.next_conv_);
+    if (n_accepted == last.n) {
+      std::swap(st.ssm_, st.next_ssm_);  // the same step kernel produced it: the same bits
+    } else {
+      const ScanInput in{f32(st.xbc_log_), cdim, f32(st.dt_log_), n_accepted};
+      launch_scan_steps(dm_, in, f32(w_.a), nullptr, f32(st.ssm_), f32(st.ssm_), nullptr, stream());
+    }
+  }
+  st.pos_ += n_accepted;
+  st.pending_ = false;
+}
+
+Mamba2CudaFactory::Mamba2CudaFactory() : arena_(std::make_shared<CudaArena>()) {}
+Mamba2CudaFactory::~Mamba2CudaFactory() = default;
+
+std::unique_ptr<Mixer> Mamba2CudaFactory::create(const LayerDesc& desc, int hidden, WeightLoader& weights,
+                                                 Backend& backend) {
+  check(desc.kind == LayerKind::Mamba, "mamba2: asked to build a layer of kind ", int(desc.kind),
+        ", expected Mamba (", int(LayerKind::Mamba), ")");
+  return std::make_unique<Mamba2CudaMixer>(desc.mamba, hidden, weights, backend, arena_);
+}
+
+}  // namespace tandem::mamba2

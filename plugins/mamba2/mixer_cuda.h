@@ -1,0 +1,91 @@
+// The Mamba2 mixer on a CUDA device (spec/nemotron_h.md § 3): the CPU mixer's passes and commit rule
+// (mixer_cpu.h) with the state, the verify log and the scratch in device memory.
+// Owner: the Model owns the Mixer (weights only); a Sequence owns its Mamba2CudaState; mixers of one
+// factory share one scratch arena (only one layer runs at a time). Thread: one thread runs
+// forward/commit at a time. Sync: forward/commit queue work on the CUDA stream and return at once;
+// only the download_* test helpers wait.
+// Bit-exactness: verify rows equal single steps and commit(n) equals n steps, bit for bit. Prefill
+// passes split on the chunk grid equal one pass when every part has more than 16 rows (the dense
+// matmul takes its batch-invariant GEMV at 16 rows and below, a tiled kernel above).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "scan_cpu.h"
+#include "tandem/layer.h"
+
+namespace tandem::mamba2 {
+
+struct CudaArena;
+
+// Committed conv window [conv_dim, K−1] and SSM state [nh, P, N] (f32, device), plus the pending
+// pass: for Verify the logs u, x|B|C and Δ of its n positions and the state after all n steps; for
+// Prefill the final state and the new window.
+class Mamba2CudaState : public LayerState {
+ public:
+  Mamba2CudaState(const Dims& dm, Backend& backend);
+  size_t bytes() const override;
+
+  const Dims& dims() const { return dm_; }
+  int64_t pos() const { return pos_; }
+  bool pending() const { return pending_; }
+  // Copies of the committed state in host memory, for tests (these wait for the device).
+  std::vector<float> download_conv() const;
+  std::vector<float> download_ssm() const;
+
+ private:
+  friend class Mamba2CudaMixer;
+  Dims dm_;
+  Backend& backend_;
+  int64_t pos_ = 0;
+  std::unique_ptr<Buffer> conv_, ssm_, next_conv_, next_ssm_;
+  bool pending_ = false;
+  ForwardMode mode_ = ForwardMode::Verify;
+  int n_ = 0;
+  int64_t pos0_ = 0;
+  std::unique_ptr<Buffer> u_log_, xbc_log_, dt_log_;  // verify passes only, grown to the pass
+};
+
+// Small per-layer vectors in device memory (f32).
+struct Mamba2CudaWeights {
+  std::unique_ptr<QuantizedTensor> in_proj, out_proj;
+  std::unique_ptr<Buffer> in_bias, out_bias;  // null without desc.proj_bias
+  std::unique_ptr<Buffer> conv_w, conv_b;     // conv_b null without desc.conv_bias
+  std::unique_ptr<Buffer> dt_bias, a, d, norm;
+};
+
+class Mamba2CudaMixer : public Mixer {
+ public:
+  Mamba2CudaMixer(const MambaDesc& desc, int hidden, WeightLoader& weights, Backend& backend,
+                  std::shared_ptr<CudaArena> arena);
+  ~Mamba2CudaMixer() override;
+
+  std::unique_ptr<LayerState> new_state(int64_t max_tokens) const override;
+  void forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) override;
+  void commit(LayerState& state, const ForwardInfo& last, int n_accepted) override;
+
+  const Dims& dims() const { return dm_; }
+
+ private:
+  Mamba2CudaState& state_of(LayerState& state, const char* what) const;
+
+  MambaDesc desc_;
+  Dims dm_;
+  int hidden_;
+  Backend& backend_;
+  Mamba2CudaWeights w_;
+  std::shared_ptr<CudaArena> arena_;
+};
+
+class Mamba2CudaFactory : public LayerFactory {
+ public:
+  Mamba2CudaFactory();
+  ~Mamba2CudaFactory() override;
+  LayerKind kind() const override { return LayerKind::Mamba; }
+  std::unique_ptr<Mixer> create(const LayerDesc& desc, int hidden, WeightLoader& weights, Backend& backend) override;
+
+ private:
+  std::shared_ptr<CudaArena> arena_;
+};
+
+}  // namespace tandem::mamba2

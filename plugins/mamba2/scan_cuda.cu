@@ -1,0 +1,299 @@
+// CUDA kernels of the Mamba2 mixer. The step kernel gives each (head, p) row of the SSM state to one
+// warp, the row held in registers across all steps of the launch; the chunked scan does the same per
+// chunk, with C·B and the Δ·A cumsums of every chunk computed up front into the workspace.
+#include <algorithm>
+
+#include "cuda_util.cuh"
+#include "scan_cuda.cuh"
+
+namespace tandem::mamba2 {
+
+using cuda::ceil_div;
+using cuda::check_launch;
+using cuda::warp_sum;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;                  // state rows per block, one per warp
+constexpr int kRegs = kMaxState / 32;      // state elements per lane
+
+// The scalar functions of scan_cpu.h, evaluated on the device.
+__device__ __forceinline__ float silu_d(float v) { return v / (1.0f + expf(-v)); }
+__device__ __forceinline__ float softplus_d(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+__global__ void add_bias_kernel(float* rows, int64_t n, int64_t cols, const float* bias) {
+  const int64_t total = n * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    rows[i] += bias[i % cols];
+}
+
+__global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n,
+                          bool clamp, float t_min, float* dt) {
+  const int64_t total = int64_t(n) * nh;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / nh;
+    const int h = int(i % nh);
+    const float v = softplus_d(proj[t * stride + col + h] + dt_bias[h]);
+    dt[i] = clamp ? fmaxf(v, t_min) : v;
+  }
+}
+
+__global__ void conv_silu_kernel(const float* window, const float* u, int64_t u_stride, int n, const float* w,
+                                 const float* bias, int64_t C, int K, float* out, int64_t out_stride) {
+  const int W = K - 1;
+  const int64_t total = int64_t(n) * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int t = int(i / C);
+    const int64_t c = i % C;
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int src = t - W + j;  // position of tap j; negative = from the window
+      const float v = src < 0 ? window[c * W + (W + src)] : u[int64_t(src) * u_stride + c];
+      acc = acc + w[c * K + j] * v;
+    }
+    if (bias) acc = acc + bias[c];
+    out[int64_t(t) * out_stride + c] = silu_d(acc);
+  }
+}
+
+__global__ void shift_window_kernel(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
+                                    float* out) {
+  const int W = K - 1;
+  const int64_t total = C * W;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i / W;
+    const int r = int(i % W);
+    const int src = taken + r;  // row in [window ; u]
+    out[i] = src < W ? window[c * W + src] : u[int64_t(src - W) * u_stride + c];
+  }
+}
+
+struct Layout {
+  int nh, P, G, N, hpg;
+  int64_t d_in, stride;
+  __device__ const float* x(const float* xbc, int t, int h) const { return xbc + t * stride + int64_t(h) * P; }
+  __device__ const float* b(const float* xbc, int t, int h) const { return xbc + t * stride + d_in + int64_t(h / hpg) * N; }
+  __device__ const float* c(const float* xbc, int t, int h) const {
+    return xbc + t * stride + d_in + int64_t(G + h / hpg) * N;
+  }
+};
+
+Layout layout_of(const Dims& dm, int64_t stride) {
+  return Layout{dm.nh, dm.P, dm.G, dm.N, dm.heads_per_group(), dm.d_in, stride};
+}
+
+// One warp per state row (h, p); lane l holds s[p, l + 32·i].
+__global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n, const float* a, const float* d,
+                             const float* s_in, float* s_out, float* y) {
+  const int h = blockIdx.x;
+  const int p = blockIdx.y * kWarps + (threadIdx.x >> 5);
+  if (p >= L.P) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t(h) * L.P + p) * L.N;
+  float s[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int k = lane + 32 * i;
+    s[i] = k < L.N ? s_in[row + k] : 0.0f;
+  }
+  const float ah = a[h];
+  for (int t = 0; t < n; ++t) {
+    const float dtv = dt[int64_t(t) * L.nh + h];
+    const float da = expf(dtv * ah);
+    const float xv = L.x(xbc, t, h)[p];
+    const float dx = dtv * xv;
+    const float* bt = L.b(xbc, t, h);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int k = lane + 32 * i;
+      if (k < L.N) s[i] = da * s[i] + dx * bt[k];
+    }
+    if (y) {
+      const float* ct = L.c(xbc, t, h);
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        const int k = lane + 32 * i;
+        if (k < L.N) part = part + s[i] * ct[k];
+      }
+      const float tot = warp_sum(part);
+      if (lane == 0) y[int64_t(t) * L.d_in + int64_t(h) * L.P + p] = tot + d[h] * xv;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int k = lane + 32 * i;
+    if (k < L.N) s_out[row + k] = s[i];
+  }
+}
+
+// CB[chunk][g][i][j] = C_i · B_j (j ≤ i) for every chunk of the pass.
+__global__ void chunk_cb_kernel(Layout L, const float* xbc, int n, int Q, float* cb) {
+  const int chunk = blockIdx.x, g = blockIdx.y;
+  const int t0 = chunk * Q;
+  const int q = min(Q, n - t0);
+  const int h = g * L.hpg;  // any head of group g reads its B and C
+  float* m = cb + (int64_t(chunk) * L.G + g) * Q * Q;
+  for (int idx = threadIdx.x; idx < q * q; idx += blockDim.x) {
+    const int i = idx / q, j = idx % q;
+    if (j > i) continue;
+    const float* ci = L.c(xbc, t0 + i, h);
+    const float* bj = L.b(xbc, t0 + j, h);
+    float acc = 0.0f;
+    for (int k = 0; k < L.N; ++k) acc = acc + ci[k] * bj[k];
+    m[i * Q + j] = acc;
+  }
+}
+
+// lam[h][t] = Σ Δ·A from the start of t's chunk through t.
+__global__ void chunk_cumsum_kernel(Layout L, const float* dt, int n, int Q, const float* a, float* lam) {
+  const int chunk = blockIdx.x;
+  const int t0 = chunk * Q;
+  const int q = min(Q, n - t0);
+  for (int h = threadIdx.x; h < L.nh; h += blockDim.x) {
+    float run = 0.0f;
+    for (int i = 0; i < q; ++i) {
+      run = run + dt[int64_t(t0 + i) * L.nh + h] * a[h];
+      lam[int64_t(h) * n + t0 + i] = run;
+    }
+  }
+}
+
+// One warp per state row (h, p), chunk after chunk: outputs from the entering state and the
+// decay-masked intra-chunk sum, then the state passed on to the next chunk.
+__global__ void chunk_scan_kernel(Layout L, const float* xbc, const float* dt, int n, int Q, const float* d,
+                                  const float* cb, const float* lam, const float* s_in, float* s_out, float* y) {
+  const int h = blockIdx.x;
+  const int p = blockIdx.y * kWarps + (threadIdx.x >> 5);
+  if (p >= L.P) return;
+  const int lane = threadIdx.x & 31;
+  const int g = h / L.hpg;
+  const int64_t row = (int64_t(h) * L.P + p) * L.N;
+  const float* lh = lam + int64_t(h) * n;
+  float s[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int k = lane + 32 * i;
+    s[i] = k < L.N ? s_in[row + k] : 0.0f;
+  }
+  for (int t0 = 0, chunk = 0; t0 < n; t0 += Q, ++chunk) {
+    const int q = min(Q, n - t0);
+    const float* m = cb + (int64_t(chunk) * L.G + g) * Q * Q;
+    for (int i = 0; i < q; ++i) {
+      const float li = lh[t0 + i];
+      const float* ci = L.c(xbc, t0 + i, h);
+      float part = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRegs; ++r) {
+        const int k = lane + 32 * r;
+        if (k < L.N) part = part + s[r] * ci[k];
+      }
+      float diag = 0.0f;
+      for (int j = lane; j <= i; j += 32) {
+        const float w = m[i * Q + j] * expf(li - lh[t0 + j]) * dt[int64_t(t0 + j) * L.nh + h];
+        diag = diag + w * L.x(xbc, t0 + j, h)[p];
+      }
+      const float off = warp_sum(part), in = warp_sum(diag);
+      if (lane == 0) {
+        const float xi = L.x(xbc, t0 + i, h)[p];
+        y[int64_t(t0 + i) * L.d_in + int64_t(h) * L.P + p] = expf(li) * off + in + d[h] * xi;
+      }
+    }
+    // S ← exp(Λ_last)·S + Σ_j exp(Λ_last − Λ_j)·Δ_j·x_j ⊗ B_j.
+    const float last = lh[t0 + q - 1];
+    const float e_last = expf(last);
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) s[r] = s[r] * e_last;
+    for (int j = 0; j < q; ++j) {
+      const float wx = expf(last - lh[t0 + j]) * dt[int64_t(t0 + j) * L.nh + h] * L.x(xbc, t0 + j, h)[p];
+      const float* bj = L.b(xbc, t0 + j, h);
+#pragma unroll
+      for (int r = 0; r < kRegs; ++r) {
+        const int k = lane + 32 * r;
+        if (k < L.N) s[r] = s[r] + wx * bj[k];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int k = lane + 32 * i;
+    if (k < L.N) s_out[row + k] = s[i];
+  }
+}
+
+unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, kThreads), 65535 * 8)); }
+
+void check_dims(const Dims& dm) {
+  check(dm.N <= kMaxState, "mamba2 (cuda): state_size ", dm.N, " exceeds the kernels' limit ", kMaxState);
+  check(dm.nh <= 65535 && ceil_div(dm.P, kWarps) <= 65535, "mamba2 (cuda): nh=", dm.nh, " P=", dm.P,
+        " exceed one launch");
+}
+
+}  // namespace
+
+void launch_add_bias(float* rows, int64_t n, int64_t cols, const float* bias, cudaStream_t stream) {
+  if (n == 0 || cols == 0) return;
+  add_bias_kernel<<<elt_blocks(n * cols), kThreads, 0, stream>>>(rows, n, cols, bias);
+  check_launch("mamba2 add_bias");
+}
+
+void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n, bool clamp,
+               float t_min, float* dt, cudaStream_t stream) {
+  if (n == 0) return;
+  dt_kernel<<<elt_blocks(int64_t(n) * nh), kThreads, 0, stream>>>(proj, stride, col, dt_bias, nh, n, clamp, t_min, dt);
+  check_launch("mamba2 dt");
+}
+
+void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
+  if (n == 0) return;
+  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(window, u, u_stride, n, w, bias, C, K, out,
+                                                                         out_stride);
+  check_launch("mamba2 conv_silu");
+}
+
+void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
+                         float* out, cudaStream_t stream) {
+  shift_window_kernel<<<elt_blocks(C * (K - 1)), kThreads, 0, stream>>>(window, u, u_stride, taken, C, K, out);
+  check_launch("mamba2 shift_window");
+}
+
+void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
+                       float* s_out, float* y, cudaStream_t stream) {
+  check_dims(dm);
+  if (in.n == 0 && s_in == s_out) return;
+  dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
+  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, s_in, s_out, y);
+  check_launch("mamba2 scan_steps");
+}
+
+size_t scan_chunked_workspace_bytes(const Dims& dm, int n) {
+  const int64_t chunks = ceil_div(std::max(n, 1), dm.Q);
+  return size_t(chunks * dm.G * dm.Q * dm.Q + int64_t(dm.nh) * std::max(n, 1)) * sizeof(float);
+}
+
+void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
+                         float* s_out, float* y, void* workspace, cudaStream_t stream) {
+  check_dims(dm);
+  const Layout L = layout_of(dm, in.xbc_stride);
+  if (in.n == 0) {
+    cuda::check_cuda(cudaMemcpyAsync(s_out, s_in, size_t(dm.nh) * dm.P * dm.N * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream),
+                     "mamba2 scan_chunked: copy state");
+    return;
+  }
+  const int chunks = int(ceil_div(in.n, dm.Q));
+  check(chunks <= 65535, "mamba2 (cuda): ", in.n, " tokens exceed one chunked-scan launch");
+  float* cb = static_cast<float*>(workspace);
+  float* lam = cb + int64_t(chunks) * dm.G * dm.Q * dm.Q;
+  chunk_cb_kernel<<<dim3(unsigned(chunks), unsigned(dm.G)), kThreads, 0, stream>>>(L, in.xbc, in.n, dm.Q, cb);
+  check_launch("mamba2 chunk_cb");
+  chunk_cumsum_kernel<<<unsigned(chunks), 128, 0, stream>>>(L, in.dt, in.n, dm.Q, a, lam);
+  check_launch("mamba2 chunk_cumsum");
+  dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
+  chunk_scan_kernel<<<grid, kThreads, 0, stream>>>(L, in.xbc, in.dt, in.n, dm.Q, d, cb, lam, s_in, s_out, y);
+  check_launch("mamba2 chunk_scan");
+}
+
+}  // namespace tandem::mamba2

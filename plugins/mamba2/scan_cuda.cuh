@@ -1,0 +1,40 @@
+// CUDA kernels of the Mamba2 mixer (spec/nemotron_h.md § 3), the device twins of scan_cpu.h: Δ, the
+// causal conv with its window, the single-step recurrence shared by verify and replay, and the
+// chunked SSD scan of prefill. Layouts and contracts are those of scan_cpu.h.
+// Owner: callers own every pointer (device memory). Thread: one caller per stream.
+// Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
+// The step recurrence keeps one SSM row in registers and rounds every expression as written (the
+// CUDA modules build without FMA contraction), so n steps in one launch leave the bits of n launches
+// of one step: that is what makes verify batch invariant and commit(n) exact.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "scan_cpu.h"
+
+namespace tandem::mamba2 {
+
+// N ≤ kMaxState: one SSM row [N] lives in a warp's registers.
+constexpr int kMaxState = 256;
+
+// rows[t, c] += bias[c] for t < n, c < cols (row stride `cols`).
+void launch_add_bias(float* rows, int64_t n, int64_t cols, const float* bias, cudaStream_t stream);
+// dt[t, h] = softplus(proj[t·stride + col + h] + dt_bias[h]), then max(·, t_min) when clamp.
+void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n, bool clamp,
+               float t_min, float* dt, cudaStream_t stream);
+// conv_silu / shift_window of scan_cpu.h.
+void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream);
+void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
+                         float* out, cudaStream_t stream);
+// scan_steps: s_out may alias s_in; with y == nullptr nothing but the state is written (replay).
+void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
+                       float* s_out, float* y, cudaStream_t stream);
+// scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n).
+size_t scan_chunked_workspace_bytes(const Dims& dm, int n);
+void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
+                         float* s_out, float* y, void* workspace, cudaStream_t stream);
+
+}  // namespace tandem::mamba2

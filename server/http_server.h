@@ -1,0 +1,73 @@
+// `tandem serve`: the OpenAI-compatible HTTP server (spec/server.md). One io_context on one thread
+// serves every connection; the model loads on a background thread after the socket listens
+// (/health answers 503 until then); one engine thread (slots.h) drives the model.
+// Owner: HttpServer owns its threads, the loaded model and the scheduler. Thread: construct, start,
+// wait and destroy on one thread; drain() and the accessors from any thread. Sync: internal.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metrics.h"
+#include "slots.h"
+#include "tandem/profile.h"
+
+namespace tandem {
+class PluginRegistry;
+}
+
+namespace tandem::server {
+
+class TextCodec;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                     // 0 = any free port (tests)
+  std::vector<std::string> api_keys;        // empty = no key needed
+  std::string metrics_key;                  // empty = /metrics is public
+  std::string served_model_name;            // "" = the model folder's name
+  std::vector<std::string> aliases;
+  size_t max_body_bytes = size_t(32) << 20;
+  int default_max_tokens = 256;
+  double drain_timeout_s = 60;
+  double sse_ping_interval_s = 5;
+  bool strict_fields = false;
+  bool handle_signals = false;              // SIGINT/SIGTERM drain (the CLI; tests call drain())
+  SchedulerOptions scheduler;
+  SamplingParams sampling;                  // request defaults
+};
+
+struct LoadedModel {
+  std::shared_ptr<PluginRegistry> registry;  // first, so it is destroyed last
+  std::unique_ptr<Model> model;
+  std::shared_ptr<const TextCodec> codec;
+  std::string path;
+};
+using ModelLoader = std::function<LoadedModel()>;
+
+// Loads the profile's model with the default plugins, and its text codec.
+ModelLoader profile_loader(const Profile& profile);
+
+class HttpServer {
+ public:
+  HttpServer(ServerOptions options, ModelLoader loader);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens (errors name host:port), then starts the io thread and the model load.
+  void start();
+  uint16_t port() const;
+  // Stop accepting, let running requests finish for up to drain_timeout_s, cancel the rest, stop.
+  void drain();
+  // Blocks until the server stopped: 0 after a drain, 1 when the model failed to load.
+  int wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::server

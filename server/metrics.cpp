@@ -1,0 +1,180 @@
+// Prometheus text rendering of the server's metrics.
+#include "metrics.h"
+
+#include <cstdio>
+
+namespace tandem::server {
+
+namespace {
+
+// Latency buckets in seconds: 1 ms to 10 min, roughly ×2.5 apart (vLLM uses similar spans).
+std::vector<double> latency_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640};
+}
+
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+// Label values escape backslash, quote and newline (text format 0.0.4).
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\\' || c == '"') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
+void head(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  std::string sep = labels.empty() ? "" : ",";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += name + "_bucket{" + labels + sep + "le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  out += name + "_bucket{" + labels + sep + "le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  std::string l = labels.empty() ? "" : "{" + labels + "}";
+  out += name + "_sum" + l + " " + num(sum_) + "\n";
+  out += name + "_count" + l + " " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics(std::string model_name)
+    : model_name_(std::move(model_name)),
+      ttft_(latency_buckets()),
+      itl_(latency_buckets()),
+      e2e_(latency_buckets()),
+      queue_(latency_buckets()),
+      prefill_(latency_buckets()),
+      decode_(latency_buckets()) {
+  // Every documented reason shows up as 0 from the start so dashboards see the series.
+  for (const char* r : {"stop", "length", "tool_calls", "abort", "error"}) finished_[r] = 0;
+  for (const char* r : {"queue_full", "loading", "draining"}) refused_[r] = 0;
+}
+
+void Metrics::set_model_name(std::string name) {
+  std::lock_guard lk(mu_);
+  model_name_ = std::move(name);
+}
+
+void Metrics::set_engine_info(const std::map<std::string, std::string>& labels) {
+  std::lock_guard lk(mu_);
+  engine_info_ = labels;
+}
+
+void Metrics::http_response(int status) {
+  std::lock_guard lk(mu_);
+  ++http_[status];
+}
+
+void Metrics::refused(const std::string& reason) {
+  std::lock_guard lk(mu_);
+  ++refused_[reason];
+}
+
+void Metrics::finished(const std::string& reason) {
+  std::lock_guard lk(mu_);
+  ++finished_[reason];
+}
+
+void Metrics::tokens(int64_t prompt, int64_t generated) {
+  std::lock_guard lk(mu_);
+  prompt_tokens_ += uint64_t(prompt);
+  generation_tokens_ += uint64_t(generated);
+}
+
+void Metrics::time_to_first_token(double s) {
+  std::lock_guard lk(mu_);
+  ttft_.observe(s);
+}
+
+void Metrics::inter_token_latency(double s) {
+  std::lock_guard lk(mu_);
+  itl_.observe(s);
+}
+
+void Metrics::request_latencies(double e2e, double queue, double prefill, double decode) {
+  std::lock_guard lk(mu_);
+  e2e_.observe(e2e);
+  queue_.observe(queue);
+  prefill_.observe(prefill);
+  decode_.observe(decode);
+}
+
+std::string Metrics::render(const EngineGauges& g) const {
+  std::lock_guard lk(mu_);
+  const std::string m = "model_name=\"" + escape(model_name_) + "\"";
+  std::string o;
+  auto gauge = [&](const std::string& name, const char* help, double v) {
+    head(o, name, "gauge", help);
+    o += name + "{" + m + "} " + num(v) + "\n";
+  };
+  auto counter = [&](const std::string& name, const char* help, uint64_t v) {
+    head(o, name, "counter", help);
+    o += name + "{" + m + "} " + std::to_string(v) + "\n";
+  };
+  auto labelled = [&](const std::string& name, const char* help, const char* key,
+                      const std::map<std::string, uint64_t>& values) {
+    head(o, name, "counter", help);
+    for (const auto& [k, v] : values)
+      o += name + "{" + m + "," + key + "=\"" + escape(k) + "\"} " + std::to_string(v) + "\n";
+  };
+
+  gauge("tandem:num_requests_running", "Requests holding a slot.", g.running);
+  gauge("tandem:num_requests_waiting", "Requests queued for a slot.", g.waiting);
+  gauge("tandem:num_slots", "Configured slots.", g.slots);
+  counter("tandem:prompt_tokens_total", "Prompt tokens prefilled.", prompt_tokens_);
+  counter("tandem:generation_tokens_total", "Tokens generated.", generation_tokens_);
+  labelled("tandem:request_success_total", "Finished generation requests by finish reason.", "finished_reason",
+           finished_);
+  labelled("tandem:requests_refused_total", "Requests refused before they were queued.", "reason", refused_);
+
+  head(o, "tandem:http_requests_total", "counter", "HTTP responses by status code.");
+  for (const auto& [status, v] : http_)
+    o += "tandem:http_requests_total{" + m + ",status=\"" + std::to_string(status) + "\"} " + std::to_string(v) + "\n";
+
+  auto hist = [&](const std::string& name, const char* help, const Histogram& h) {
+    head(o, name, "histogram", help);
+    h.render(o, name, m);
+  };
+  hist("tandem:time_to_first_token_seconds", "Time from arrival to the first generated token.", ttft_);
+  hist("tandem:inter_token_latency_seconds", "Time between consecutive generated tokens.", itl_);
+  hist("tandem:e2e_request_latency_seconds", "Time from arrival to the last token.", e2e_);
+  hist("tandem:request_queue_time_seconds", "Time spent waiting for a slot.", queue_);
+  hist("tandem:request_prefill_time_seconds", "Time spent prefilling the prompt.", prefill_);
+  hist("tandem:request_decode_time_seconds", "Time from the first to the last generated token.", decode_);
+
+  // Speculation has not landed in the server yet; the series exist at 0 so dashboards can be built now.
+  const std::string d = m + ",drafter=\"none\"";
+  for (const char* name : {"tandem:spec_decode_num_drafts_total", "tandem:spec_decode_num_draft_tokens_total",
+                           "tandem:spec_decode_num_accepted_tokens_total"}) {
+    head(o, name, "counter", "Speculative decoding (no drafter in this build).");
+    o += std::string(name) + "{" + d + "} 0\n";
+  }
+  counter("tandem:spec_plain_steps_total", "Steps taken without a draft.", 0);
+
+  head(o, "tandem:engine_info", "gauge", "Build and model facts; the value is always 1.");
+  o += "tandem:engine_info{" + m;
+  for (const auto& [k, v] : engine_info_) o += "," + k + "=\"" + escape(v) + "\"";
+  o += "} 1\n";
+  return o;
+}
+
+}  // namespace tandem::server

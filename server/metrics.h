@@ -1,0 +1,61 @@
+// Prometheus counters, gauges and histograms for `tandem serve`, rendered as text format 0.0.4 with
+// vLLM's metric names under the prefix `tandem:` (spec/server.md §5).
+// Owner: the server owns one Metrics. Thread: any thread may record; render() from any thread.
+// Sync: one mutex guards everything (recording is a few adds per token, far below a model step).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tandem::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v);
+  // Appends `name_bucket{…le=…}`, `name_sum`, `name_count` lines; `labels` is `k="v",…` or "".
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Gauges that the scheduler owns; read at render time.
+struct EngineGauges {
+  int running = 0;
+  int waiting = 0;
+  int slots = 0;
+};
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+  void set_model_name(std::string name);
+  void set_engine_info(const std::map<std::string, std::string>& labels);
+
+  void http_response(int status);
+  void refused(const std::string& reason);                 // queue_full, loading, draining
+  void finished(const std::string& reason);                // stop, length, tool_calls, abort, error
+  void tokens(int64_t prompt, int64_t generated);
+  void time_to_first_token(double s);
+  void inter_token_latency(double s);
+  void request_latencies(double e2e, double queue, double prefill, double decode);
+
+  std::string render(const EngineGauges& g) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string model_name_;
+  std::map<std::string, std::string> engine_info_;
+  std::map<int, uint64_t> http_;
+  std::map<std::string, uint64_t> refused_, finished_;
+  uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  Histogram ttft_, itl_, e2e_, queue_, prefill_, decode_;
+};
+
+}  // namespace tandem::server

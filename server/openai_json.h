@@ -1,0 +1,111 @@
+// OpenAI-shaped JSON for `tandem serve`: the error type and body, request parsing with the field
+// rules of spec/server.md §2 and §5, and the bodies of responses and stream chunks (§3, §4).
+// Owner: value types and free functions. Thread: any. Sync: none.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rapidjson/document.h>
+
+#include "tandem/backend.h"
+#include "tandem/chat_output.h"
+
+namespace tandem::server {
+
+// A request that cannot be served, with the OpenAI error body fields (§7).
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string code;      // "" → null
+  std::string param;     // "" → null
+  std::string message;
+  std::vector<std::pair<std::string, std::string>> headers;  // e.g. Retry-After
+};
+
+ApiError bad_request(const std::string& code, const std::string& param, const std::string& message);
+// A piece of the server that this build lacks: 501, and `x-should-retry: false` so SDKs do not retry.
+ApiError not_implemented(const std::string& what);
+ApiError unavailable(const std::string& code, const std::string& message, int retry_after_s);
+std::string error_body(const ApiError& e);
+
+// Parses a request body: 400 invalid_json for bad JSON, naming the offset; invalid UTF-8 is its own message.
+rapidjson::Document parse_body(const std::string& body);
+
+// Sampling and limits shared by chat and completions.
+struct GenParams {
+  std::optional<int> max_tokens;       // absent → the server default
+  SamplingParams sampling;             // defaults filled in by the caller before parsing
+  bool has_seed = false;
+  float presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int min_tokens = 0;
+};
+
+struct GenRequest {
+  bool chat = false;
+  std::string model;                   // "" when absent
+  // completions: the prompt as text or as ids (exactly one is set)
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;
+  GenParams params;
+  bool stream = false;
+  bool include_usage = false;
+  bool return_tokens = false;          // llama-server's `return_tokens`: ids beside the text
+  bool raw_output = false;             // chat `reasoning_format: none`: thinking tags stay in content
+  std::vector<ToolSpec> tools;         // chat: the declared tools (empty with tool_choice none)
+};
+
+// Field checks for /v1/chat/completions and /v1/completions. `defaults` is the server's sampling;
+// `vocab` bounds token ids. `strict`: unknown fields are a 400 instead of being ignored.
+GenRequest parse_chat_request(const rapidjson::Value& body, const SamplingParams& defaults, int vocab, bool strict);
+GenRequest parse_completion_request(const rapidjson::Value& body, const SamplingParams& defaults, int vocab,
+                                    bool strict);
+// A list of token ids in [0, vocab); `param` names the field in errors.
+std::vector<int32_t> parse_token_ids(const rapidjson::Value& v, int vocab, const std::string& param);
+
+// Facts every response carries.
+struct ResponseHead {
+  std::string id;                  // chatcmpl-… / cmpl-…
+  int64_t created = 0;
+  std::string model;
+  std::string fingerprint;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct Timings {
+  int64_t prompt_n = 0, predicted_n = 0;
+  double prompt_ms = 0, predicted_ms = 0;
+  int64_t steps = 0;
+};
+
+// Non-streamed bodies. `content` is null when empty and tool calls were made (OpenAI's rule);
+// reasoning_content appears when a reasoning span was opened.
+std::string chat_response(const ResponseHead& h, const ChatMessage& m, const std::string& finish_reason,
+                          const Usage& u, const Timings& t);
+std::string completion_response(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
+                                const std::string& finish_reason, const Usage& u, const Timings& t);
+
+// Stream chunks (the JSON after `data: `). `with_usage_null`: include_usage was asked, so every chunk
+// but the last carries `"usage": null`.
+std::string chat_chunk_role(const ResponseHead& h, bool with_usage_null);
+// One parsed piece: delta.reasoning_content, delta.content or delta.tool_calls[0].
+std::string chat_chunk_delta(const ResponseHead& h, const ChatDelta& d, bool with_usage_null);
+std::string chat_chunk_finish(const ResponseHead& h, const std::string& finish_reason, bool with_usage_null);
+std::string completion_chunk(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
+                             const char* finish_reason, bool with_usage_null);
+// The usage chunk: `choices: []`, usage and timings.
+std::string usage_chunk(const ResponseHead& h, bool chat, const Usage& u, const Timings& t);
+
+// "<prefix><24 alphanumerics>", random per call.
+std::string random_id(const std::string& prefix);
+
+}  // namespace tandem::server

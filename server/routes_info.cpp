@@ -1,0 +1,218 @@
+// Routes that answer at once: health, models, metrics, tokenize/detokenize, apply-template, slots,
+// props (spec/server.md §5).
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "routes.h"
+#include "text_codec.h"
+#include "text_stream.h"
+
+namespace tandem::server {
+
+namespace rj = rapidjson;
+using JsonWriter = rj::Writer<rj::StringBuffer>;
+
+namespace {
+
+void str(JsonWriter& w, const std::string& s) { w.String(s.data(), rj::SizeType(s.size())); }
+std::string text(const rj::StringBuffer& b) { return std::string(b.GetString(), b.GetSize()); }
+
+const TextCodec& tokenizer(const ServerState& s) {
+  if (auto m = s.loaded.codec->missing_tokenizer(); !m.empty()) throw not_implemented(m);
+  return *s.loaded.codec;
+}
+
+bool flag(const rj::Value& body, const char* name, bool def) {
+  auto it = body.FindMember(name);
+  if (it == body.MemberEnd() || it->value.IsNull()) return def;
+  if (!it->value.IsBool()) throw bad_request("invalid_type", name, std::string("'") + name + "' must be a boolean");
+  return it->value.GetBool();
+}
+
+}  // namespace
+
+Reply route_health(ServerState& s) {
+  Reply r;
+  switch (s.phase.load()) {
+    case Phase::ready: r.body = R"({"status":"ok"})"; break;
+    case Phase::loading:
+      // llama-server's body plus a progress field; the loader reports no fraction yet, hence 0.
+      r.status = 503;
+      r.body = R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"},"progress":0})";
+      r.headers.emplace_back("Retry-After", "5");
+      break;
+    case Phase::draining:
+      r.status = 503;
+      r.body = R"({"status":"draining"})";
+      r.headers.emplace_back("Retry-After", "30");
+      break;
+    case Phase::failed:
+      r.status = 503;
+      r.body = R"({"status":"failed"})";
+      break;
+  }
+  return r;
+}
+
+Reply route_models(ServerState& s) {
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartObject();
+  w.Key("object"), w.String("list");
+  w.Key("data");
+  w.StartArray();
+  std::vector<std::string> names{s.model_name};
+  names.insert(names.end(), s.options.aliases.begin(), s.options.aliases.end());
+  for (const auto& n : names) {
+    w.StartObject();
+    w.Key("id"), str(w, n);
+    w.Key("object"), w.String("model");
+    w.Key("created"), w.Int64(s.created);
+    w.Key("owned_by"), w.String("tandem");
+    w.Key("max_model_len"), w.Int64(s.options.scheduler.context);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return json_reply(text(b));
+}
+
+Reply route_metrics(ServerState& s) {
+  Reply r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = s.metrics.render(s.scheduler ? s.scheduler->gauges() : EngineGauges{});
+  return r;
+}
+
+Reply route_tokenize(ServerState& s, const std::string& body) {
+  rj::Document d = parse_body(body);
+  if (!d.IsObject()) throw bad_request("invalid_type", "", "request body must be a JSON object");
+  std::vector<int32_t> ids;
+  if (d.HasMember("messages")) {
+    // Same path as a chat request, so `count` equals the chat's usage.prompt_tokens.
+    if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
+    ids = tokenizer(s).encode(s.loaded.codec->render_chat(d, flag(d, "add_generation_prompt", true)).text, false, true);
+  } else {
+    const char* field = d.HasMember("content") ? "content" : "prompt";
+    auto it = d.FindMember(field);
+    if (it == d.MemberEnd()) throw bad_request("missing_field", "content", "'content' (or 'prompt' or 'messages') is required");
+    if (!it->value.IsString()) throw bad_request("invalid_type", field, std::string("'") + field + "' must be a string");
+    // llama-server's defaults: no BOS, special-token text parsed.
+    ids = tokenizer(s).encode(it->value.GetString(), flag(d, "add_special", false), flag(d, "parse_special", true));
+  }
+  const bool pieces = flag(d, "with_pieces", false);
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartObject();
+  w.Key("tokens");
+  w.StartArray();
+  for (int32_t id : ids) {
+    if (!pieces) {
+      w.Int(id);
+      continue;
+    }
+    w.StartObject();
+    w.Key("id"), w.Int(id);
+    w.Key("piece");
+    std::string bytes = s.loaded.codec->token_bytes(id);
+    if (is_valid_utf8(bytes)) {
+      str(w, bytes);
+    } else {
+      // Part of a character: the bytes themselves, as llama-server does.
+      w.StartArray();
+      for (unsigned char c : bytes) w.Int(c);
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("count"), w.Int64(int64_t(ids.size()));
+  w.Key("max_model_len"), w.Int64(s.options.scheduler.context);
+  w.EndObject();
+  return json_reply(text(b));
+}
+
+Reply route_detokenize(ServerState& s, const std::string& body) {
+  rj::Document d = parse_body(body);
+  if (!d.IsObject()) throw bad_request("invalid_type", "", "request body must be a JSON object");
+  auto it = d.FindMember("tokens");
+  if (it == d.MemberEnd()) throw bad_request("missing_field", "tokens", "'tokens' is required");
+  std::vector<int32_t> ids = parse_token_ids(it->value, s.loaded.model->desc().vocab, "tokens");
+  const TextCodec& codec = tokenizer(s);
+  std::string bytes;
+  for (int32_t id : ids) bytes += codec.token_bytes(id);
+  std::string out = valid_utf8(bytes);
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartObject();
+  w.Key("content"), str(w, out);
+  w.Key("prompt"), str(w, out);
+  w.EndObject();
+  return json_reply(text(b));
+}
+
+Reply route_apply_template(ServerState& s, const std::string& body) {
+  rj::Document d = parse_body(body);
+  if (!d.IsObject() || !d.HasMember("messages"))
+    throw bad_request("missing_field", "messages", "'messages' is required");
+  if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
+  std::string prompt = s.loaded.codec->render_chat(d, true).text;
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartObject();
+  w.Key("prompt"), str(w, prompt);
+  w.EndObject();
+  return json_reply(text(b));
+}
+
+Reply route_slots(ServerState& s, const std::string& query) {
+  std::vector<SlotInfo> slots = s.scheduler->slots();
+  bool all_busy = true;
+  for (const auto& i : slots) all_busy &= std::string(i.state) != "idle";
+  if (all_busy && query.find("fail_on_no_slot=1") != std::string::npos)
+    return error_reply(unavailable("no_slot_available", "every slot is busy", 1));
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartArray();
+  for (const auto& i : slots) {
+    w.StartObject();
+    w.Key("id"), w.Int(i.id);
+    w.Key("state"), w.String(i.state);
+    w.Key("n_ctx"), w.Int64(s.options.scheduler.context);
+    w.Key("n_past"), w.Int64(i.n_past);
+    w.Key("request_id");
+    if (i.request_id.empty()) w.Null();
+    else str(w, i.request_id);
+    w.Key("drafter"), w.Null();
+    w.EndObject();
+  }
+  w.EndArray();
+  return json_reply(text(b));
+}
+
+Reply route_props(ServerState& s) {
+  const ServerOptions& o = s.options;
+  rj::StringBuffer b;
+  JsonWriter w(b);
+  w.StartObject();
+  w.Key("default_generation_settings");
+  w.StartObject();
+  w.Key("temperature"), w.Double(o.sampling.temperature);
+  w.Key("top_p"), w.Double(o.sampling.top_p);
+  w.Key("top_k"), w.Int(o.sampling.top_k);
+  w.Key("min_p"), w.Double(o.sampling.min_p);
+  w.Key("max_tokens"), w.Int(o.default_max_tokens);
+  w.EndObject();
+  w.Key("model"), str(w, s.model_name);
+  w.Key("model_path"), str(w, s.loaded.path);
+  w.Key("n_ctx"), w.Int64(o.scheduler.context);
+  w.Key("total_slots"), w.Int(o.scheduler.slots);
+  w.Key("max_queue"), w.Int(o.scheduler.max_queue);
+  w.Key("tokenizer"), w.Bool(s.loaded.codec->missing_tokenizer().empty());
+  w.Key("chat_template"), w.Bool(s.loaded.codec->missing_chat_template().empty());
+  w.Key("build_info"), str(w, std::string("tandem ") + TANDEM_VERSION);
+  w.EndObject();
+  return json_reply(text(b));
+}
+
+}  // namespace tandem::server

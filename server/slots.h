@@ -1,0 +1,136 @@
+// The queue in front of N slots and the one engine thread that drives the Model: each round it
+// admits queued jobs into free slots, then gives every busy slot one step (a prefill chunk or one
+// decode token), round-robin, so slots take turns on the single-threaded Model.
+// Owner: the Scheduler owns its thread, its slots and their Sequences, and borrows the Model, the
+// codec and the metrics, which must outlive it. A Job is shared (std::shared_ptr) by the HTTP side
+// and the engine. Thread: submit/close/cancel_all/counts/slots from any thread; Job::take and
+// Job::cancel from any thread; Job::wake is called on the engine thread. Sync: one scheduler mutex
+// for the queue and the slot snapshots; one mutex per job for its output.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metrics.h"
+#include "openai_json.h"
+#include "tandem/model.h"
+
+namespace tandem::server {
+
+class TextCodec;
+class TextStream;
+
+using Clock = std::chrono::steady_clock;
+
+// What a job produced since the last take(), and how it ended once done.
+struct JobOutput {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  std::string finish_reason;       // stop, length, abort
+  std::optional<ApiError> error;   // the request failed after it was queued
+  Usage usage;
+  Timings timings;
+};
+
+class Job {
+ public:
+  enum class Cancel { none, client_gone, server };
+
+  // Inputs, fixed before Scheduler::submit().
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  int max_tokens = 1;
+  GenParams params;
+  bool want_text = false;          // decode text through the codec (needs a tokenizer)
+  std::function<void()> wake;      // called on the engine thread when output is ready; must not block
+
+  void cancel(Cancel why);
+  Cancel cancelled() const { return cancel_.load(); }
+  JobOutput take();
+
+ private:
+  friend class Scheduler;
+  void emit(const std::string& text, int32_t token);
+  void finish(JobOutput last);
+  void notify() {
+    if (wake) wake();
+  }
+
+  std::mutex mu_;
+  JobOutput out_;
+  std::atomic<Cancel> cancel_{Cancel::none};
+  Clock::time_point arrived_ = Clock::now();
+};
+
+struct SchedulerOptions {
+  int slots = 1;
+  int max_queue = 8;
+  int64_t context = 4096;          // tokens per slot
+  int prefill_chunk = 512;         // tokens per prefill step, so other slots and cancels get a turn
+  double queue_timeout_s = 0;      // 0 = wait forever
+  std::function<void()> after_step;  // tests: called on the engine thread after every slot step
+};
+
+struct SlotInfo {
+  int id = 0;
+  const char* state = "idle";      // idle, prefill, decode
+  int64_t n_past = 0;
+  std::string request_id;
+};
+
+class Scheduler {
+ public:
+  enum class Admission { accepted, queue_full, draining };
+
+  Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metrics& metrics, SchedulerOptions options);
+  ~Scheduler();  // cancels every job and joins the engine thread
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  Admission submit(std::shared_ptr<Job> job);
+  void close();       // refuse new jobs (draining); running and queued ones go on
+  void cancel_all();  // end every queued and running job now (after the drain grace period)
+  EngineGauges gauges() const;
+  std::vector<SlotInfo> slots() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Slot;
+  void run();
+  void admit_locked(Clock::time_point now);
+  void step(Slot& s);
+  int32_t sample(Slot& s);
+  void on_token(Slot& s, int32_t token);
+  void finish(Slot& s, const std::string& reason, std::optional<ApiError> error = std::nullopt);
+  void publish(const Slot& s);
+
+  Model& model_;
+  std::shared_ptr<const TextCodec> codec_;
+  Metrics& metrics_;
+  SchedulerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<SlotInfo> info_;     // snapshots of the slots, under mu_
+  std::vector<std::shared_ptr<Job>> active_;  // the job of each slot (null when idle), under mu_
+  int running_ = 0;                // under mu_
+  bool closed_ = false, stop_ = false;
+
+  std::vector<int32_t> end_ids_;               // model EOS ids and the tokenizer's end-of-generation ids
+  std::vector<std::unique_ptr<Slot>> slots_;  // engine thread only
+  size_t next_ = 0;                            // round-robin start
+  std::thread thread_;
+};
+
+}  // namespace tandem::server

@@ -1,0 +1,110 @@
+// Blocking Beast client used by the server tests.
+#include "http_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace tandem::test {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+tcp::socket connect(net::io_context& ioc, uint16_t port) {
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  return s;
+}
+
+http::request<http::string_body> make_request(const std::string& method, const std::string& target,
+                                              const std::string& body, const Headers& headers) {
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  return req;
+}
+
+}  // namespace
+
+HttpResult http_request(uint16_t port, const std::string& method, const std::string& target, const std::string& body,
+                        const Headers& headers) {
+  net::io_context ioc;
+  tcp::socket s = connect(ioc, port);
+  auto req = make_request(method, target, body, headers);
+  beast::error_code ec;
+  http::write(s, req, ec);  // a 413 may arrive before the whole body went out; read it anyway
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> p;
+  p.body_limit(boost::none);
+  http::read(s, buf, p);
+  HttpResult r;
+  auto res = p.release();
+  r.status = int(res.result_int());
+  r.body = res.body();
+  for (const auto& f : res) {
+    std::string name(f.name_string());
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    r.headers[name] = std::string(f.value());
+  }
+  s.shutdown(tcp::socket::shutdown_both, ec);
+  return r;
+}
+
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string ev = body.substr(pos, end - pos);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+std::string read_then_disconnect(uint16_t port, const std::string& target, const std::string& body,
+                                 const Headers& headers, int min_events) {
+  net::io_context ioc;
+  tcp::socket s = connect(ioc, port);
+  http::write(s, make_request("POST", target, body, headers));
+  std::string got;
+  char buf[4096];
+  beast::error_code ec;
+  auto count = [&] {
+    int n = 0;
+    for (size_t p = got.find("data: "); p != std::string::npos; p = got.find("data: ", p + 1)) ++n;
+    return n;
+  };
+  while (count() < min_events) {
+    size_t n = s.read_some(net::buffer(buf), ec);
+    if (ec) break;
+    got.append(buf, n);
+  }
+  s.close(ec);
+  return got;
+}
+
+void send_then_disconnect(uint16_t port, const std::string& target, const std::string& body, const Headers& headers,
+                          int wait_ms) {
+  net::io_context ioc;
+  tcp::socket s = connect(ioc, port);
+  http::write(s, make_request("POST", target, body, headers));
+  std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  beast::error_code ec;
+  s.close(ec);
+}
+
+}  // namespace tandem::test

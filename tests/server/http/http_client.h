@@ -1,0 +1,34 @@
+// A small blocking HTTP/1.1 client for the server tests (Boost.Beast), with a raw SSE reader.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem::test {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // names lower-cased
+};
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+HttpResult http_request(uint16_t port, const std::string& method, const std::string& target,
+                        const std::string& body = "", const Headers& headers = {});
+
+// The `data:` payloads of an SSE body, in order ("[DONE]" included), and the comment lines seen.
+std::vector<std::string> sse_events(const std::string& body);
+
+// Sends a request and reads raw bytes until `min_events` SSE `data:` lines arrived (or the stream
+// ended), then closes the socket: a client that walks away mid-stream. Returns the bytes read.
+std::string read_then_disconnect(uint16_t port, const std::string& target, const std::string& body,
+                                 const Headers& headers, int min_events);
+
+// Sends a request and closes the socket after `wait_ms` without reading the answer.
+void send_then_disconnect(uint16_t port, const std::string& target, const std::string& body, const Headers& headers,
+                          int wait_ms);
+
+}  // namespace tandem::test
