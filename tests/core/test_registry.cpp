@@ -1,6 +1,7 @@
 // Plugin registry: the built plugins load and register; every broken plugin gives a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -60,7 +61,8 @@ TEST(Registry, PluginPathEnvironmentAddsModules) {
   reg.load_default();
   unsetenv("TANDEM_PLUGIN_PATH");
   EXPECT_NO_THROW(reg.format("fake-dup"));
-  EXPECT_EQ(reg.skipped().size(), 1u);  // the score-0 module
+  // The score-0 module is skipped (so are CUDA modules on a machine without a GPU).
+  EXPECT_NE(std::find(reg.skipped().begin(), reg.skipped().end(), fake("score0")), reg.skipped().end());
   EXPECT_NO_THROW(reg.backend("cpu"));  // default directory loaded as well
 }
 
