@@ -10,6 +10,8 @@ packages=(
   libyaml-cpp-dev rapidjson-dev libspdlog-dev libfmt-dev libgtest-dev libpcre2-dev
   python3
 )
+# Node.js runs the llama.cpp oracle of the GGUF tests (tests/oracle); a newer node already on PATH is kept.
+command -v node >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,6 +26,18 @@ fi
 
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+# The llama.cpp oracle (tests/formats/gguf/oracle): node-llama-cpp's prebuilt x64 CPU build, pinned by
+# tests/oracle/package-lock.json; --omit=optional skips its CUDA/Vulkan/arm variants (~85 MB, ~20 s).
+if command -v npm >/dev/null && [[ ! tests/oracle/node_modules/.package-lock.json -nt tests/oracle/package-lock.json ]]; then
+  (cd tests/oracle && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+    echo "setup: warning: could not install the llama.cpp oracle; the GGUF oracle tests will fail (TANDEM_SKIP_ORACLE=1 skips them)"
+fi
+# The end-to-end test's client (tests/e2e): the official openai npm package (one package, ~12 MB, ~5 s).
+if command -v npm >/dev/null && [[ ! tests/e2e/node_modules/.package-lock.json -nt tests/e2e/package-lock.json ]]; then
+  (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "setup: warning: could not install the openai client; the e2e.openai_client test will fail"
 fi
 
 build_type=${TANDEM_BUILD_TYPE:-Release}

@@ -1,13 +1,18 @@
 // Command-line parsing and the profile/flag merge.
 #include "cli.h"
 
+#include <cstdio>
 #include <fstream>
+#include <memory>
+
+#include <unistd.h>
 
 #include "tandem/error.h"
 
 namespace tandem::cli {
 
-const std::set<std::string> kModelOptions = {"config", "model", "device", "format", "threads", "context"};
+const std::set<std::string> kModelOptions = {"config", "model",   "device",        "format",
+                                             "threads", "context", "chat-template", "tokenizer"};
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& options,
            const std::set<std::string>& flags, const std::string& command)
@@ -79,9 +84,31 @@ Profile resolve_profile(const Args& a) {
   p.load.format = a.str("format", p.load.format);
   p.load.threads = int(a.integer("threads", p.load.threads));
   p.context = a.integer("context", p.context);
+  p.chat_template = a.str("chat-template", p.chat_template);
+  p.tokenizer = a.str("tokenizer", p.tokenizer);
   check(p.load.threads >= 0, "--threads must be non-negative");
   check(p.context > 0, "--context must be positive");
   return p;
+}
+
+std::function<void(double)> progress_printer(const std::string& what) {
+  const bool tty = ::isatty(2);
+  auto last = std::make_shared<int>(-1);  // the last step printed: percent on a terminal, tenths otherwise
+  return [tty, what, last](double f) {
+    int pct = int(f * 100.0 + 0.5);
+    if (tty) {
+      if (pct == *last) return;
+      *last = pct;
+      const int width = 30, full = pct * width / 100;
+      std::fprintf(stderr, "\r%s [%s%s] %3d%%%s", what.c_str(), std::string(size_t(full), '#').c_str(),
+                   std::string(size_t(width - full), ' ').c_str(), pct, pct >= 100 ? "\n" : "");
+    } else {
+      if (pct / 10 == *last) return;
+      *last = pct / 10;
+      std::fprintf(stderr, "%s: %d%%\n", what.c_str(), pct);
+    }
+    std::fflush(stderr);
+  };
 }
 
 std::vector<int32_t> read_tokens(const std::string& path) {

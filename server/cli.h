@@ -1,6 +1,7 @@
 // Command-line parsing shared by the subcommands: `--key value` options and `--flag` switches, each
 // declared up front so that an unknown or malformed flag is an error that names it.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -29,8 +30,11 @@ class Args {
 
 // Options every model subcommand takes.
 extern const std::set<std::string> kModelOptions;
-// The profile from --config (if given) with --model/--device/--format/--threads/--context applied.
+// The profile from --config (if given) with --model/--device/--format/--threads/--context/
+// --chat-template/--tokenizer applied.
 Profile resolve_profile(const Args& a);
+// Load progress on stderr: a bar redrawn in place on a terminal, otherwise a line every 10 %.
+std::function<void(double)> progress_printer(const std::string& what);
 // Whitespace-separated token ids.
 std::vector<int32_t> read_tokens(const std::string& path);
 

@@ -347,7 +347,10 @@ void HttpServer::Impl::load() {
   try {
     auto t0 = Clock::now();
     spdlog::info("loading model…");
-    LoadedModel m = loader();
+    LoadedModel m = loader([this](double f) {
+      state.load_progress = f;
+      if (state.options.on_progress) state.options.on_progress(f);
+    });
     check(m.model && m.codec, "the model loader returned no model or no text codec");
     state.loaded = std::move(m);
     const Model& model = *state.loaded.model;
@@ -466,12 +469,15 @@ int HttpServer::wait() {
 }
 
 ModelLoader profile_loader(const Profile& profile) {
-  return [profile] {
+  return [profile](const std::function<void(double)>& progress) {
     LoadedModel m;
     m.registry = std::make_shared<PluginRegistry>();
     m.registry->load_default();
-    m.model = Model::load(profile.load, *m.registry);
-    m.codec = make_text_codec(profile);
+    LoadOptions o = profile.load;
+    o.progress = progress;
+    m.model = Model::load(o, *m.registry);
+    // A second, cheap open (files are mapped, not read) for the side files the Model does not keep.
+    m.codec = make_text_codec(profile, *open_checkpoint(profile.load, *m.registry));
     m.path = profile.load.path;
     return m;
   };

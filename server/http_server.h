@@ -34,7 +34,11 @@ struct ServerOptions {
   double drain_timeout_s = 60;
   double sse_ping_interval_s = 5;
   bool strict_fields = false;
+  int64_t reasoning_budget = -1;            // default for requests that set none; -1 = unlimited
+  std::string reasoning_budget_message;     // injected before the close text when a budget is spent
+  std::string reasoning_effort;             // default thinking mode for requests that choose none ("" = the template's)
   bool handle_signals = false;              // SIGINT/SIGTERM drain (the CLI; tests call drain())
+  std::function<void(double)> on_progress;  // load progress (the CLI's progress bar), besides /health
   SchedulerOptions scheduler;
   SamplingParams sampling;                  // request defaults
 };
@@ -45,9 +49,11 @@ struct LoadedModel {
   std::shared_ptr<const TextCodec> codec;
   std::string path;
 };
-using ModelLoader = std::function<LoadedModel()>;
+// Loads a model; calls `progress` with the fraction loaded (0 … 1) as it goes.
+using ModelLoader = std::function<LoadedModel(const std::function<void(double)>& progress)>;
 
-// Loads the profile's model with the default plugins, and its text codec.
+// Loads the profile's model with the default plugins, and its text codec from the checkpoint's side
+// files (or the profile's overrides).
 ModelLoader profile_loader(const Profile& profile);
 
 class HttpServer {

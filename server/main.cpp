@@ -5,11 +5,17 @@
 #include <spdlog/spdlog.h>
 
 #include "cli.h"
+#include "cmd_bench.h"
+#include "cmd_synth.h"
 #include "serve_command.h"
+#include "text_codec.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
 #include "tandem/npy.h"
 #include "tandem/registry.h"
+#include "tandem/speculate.h"
+#include "tandem/tokenizer.h"
+#include "tandem/weights.h"
 
 using namespace tandem;
 
@@ -19,20 +25,31 @@ const char* kUsage = R"(usage: tandem <command> [options]
 
 commands:
   generate  (--prompt TEXT | --tokens FILE) [--max-tokens N] [--temperature T] [--top-k K]
-            [--top-p P] [--min-p P] [--seed S] [--print-ids]
+            [--top-p P] [--min-p P] [--seed S] [--print-ids] [--draft NAME[,NAME…]|none] [--draft-k K]
+            --draft: speculative decoding with these drafters (stats on stderr); --draft-k: verify K drafts
+            every step instead of letting StairCut pick
   logits    --tokens FILE --out x.npy     float32 logits of every position, [n_tokens, vocab]
   inspect                                  print the checkpoint's metadata and tensor table
   plugins                                  list the loaded plugins and what they provide
   serve     [--host ADDR] [--port N] [--api-key K[,K…]] [--api-key-file FILE] [--metrics-key K]
             [--served-model-name NAME] [--alias NAME[,NAME…]] [--slots N] [--max-queue N]
             [--queue-timeout S] [--max-body-bytes N] [--default-max-tokens N] [--prefill-chunk N]
-            [--drain-timeout S] [--sse-ping-interval S] [--strict-fields]
-            OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, exit 0
+            [--drain-timeout S] [--sse-ping-interval S] [--strict-fields] [--reasoning-budget N]
+            [--reasoning-budget-message TEXT] [--reasoning-effort none|low|medium|high|…]
+            OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, exit 0;
+            flags win over the profile's server: section
+  synth     --shape tiny|nano|bolt|super [--uniform] --mix gguf-iq2|bf16 (--out PATH | --dry-run)
+            [--seed S]   a model with random weights in a real shape and type mix (no model options)
+  bench     (--config P | --model PATH | --synth SHAPE [--mix M] [--uniform]) [--json FILE]
+            [--decode-tokens N] [--prompt-tokens N] [--verify-max K] [--prefill N,N,…]
+            [--prefill-budget S] [--prefill-chunk N] [--profile-layers | --no-profile]
+            (context 32768 unless given)
   help
 
 model options (every model command):
   --config PROFILE.yaml | --model PATH    a YAML profile, or a model folder/file (format detected)
   --device cpu|cuda   --format NAME|auto   --threads N   --context N
+  --tokenizer tokenizer.json   --chat-template FILE.jinja   replace the model's own
 other:
   --verbose           debug logging
 )";
@@ -62,12 +79,24 @@ int cmd_inspect(const std::vector<std::string>& argv) {
 
 int cmd_generate(const std::vector<std::string>& argv) {
   auto opts = cli::kModelOptions;
-  opts.insert({"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed"});
+  opts.insert({"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "draft", "draft-k"});
   cli::Args a(argv, opts, {"print-ids", "verbose"}, "generate");
   Profile p = cli::resolve_profile(a);
   check(a.has("prompt") != a.has("tokens"), "tandem generate: give exactly one of --prompt or --tokens");
-  check(!a.has("prompt"), "tandem generate: --prompt needs a tokenizer, which this build does not have yet; use --tokens");
-  std::vector<int32_t> prompt = cli::read_tokens(a.str("tokens"));
+  // --prompt goes through the model's tokenizer: its side files, or the profile's / --tokenizer's file.
+  std::shared_ptr<server::TextCodec> codec;
+  std::vector<int32_t> prompt;
+  if (a.has("prompt")) {
+    PluginRegistry creg;
+    creg.load_default();
+    codec = server::make_text_codec(p, *open_checkpoint(p.load, creg));
+    if (auto m = codec->missing_tokenizer(); !m.empty())
+      fail("tandem generate: --prompt needs a tokenizer, and this model has none (", m, "); give --tokenizer FILE or use --tokens");
+    prompt = codec->encode(a.str("prompt"), true, true);
+    check(!prompt.empty(), "tandem generate: --prompt is empty");
+  } else {
+    prompt = cli::read_tokens(a.str("tokens"));
+  }
 
   GenerateOptions g;
   g.context = p.context;
@@ -79,14 +108,40 @@ int cmd_generate(const std::vector<std::string>& argv) {
   g.sampling.min_p = float(a.number("min-p", g.sampling.min_p));
   g.sampling.seed = uint64_t(a.integer("seed", (long long)g.sampling.seed));
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
+  DraftOptions draft = p.draft;
+  if (a.has("draft")) {  // the profile's settings of drafters not named here are not used
+    draft.drafters = parse_drafter_names(a.str("draft"));
+    std::erase_if(draft.settings, [&](const auto& kv) {
+      return std::find(draft.drafters.begin(), draft.drafters.end(), kv.first) == draft.drafters.end();
+    });
+  }
+  draft.staircut.force_k = int(a.integer("draft-k", draft.staircut.force_k));
+  check(!a.has("draft-k") || draft.staircut.force_k >= 0, "tandem generate: --draft-k must be at least 0");
+  check(!a.has("draft-k") || !draft.drafters.empty(), "tandem generate: --draft-k needs drafters (--draft NAME)");
 
   PluginRegistry reg;
   reg.load_default();
+  for (const auto& n : draft.drafters) reg.speculator(n, p.load.device);  // an unknown name fails before the load
+  p.load.progress = cli::progress_printer("loading weights");
   auto model = Model::load(p.load, reg);
-  GenerateResult r = generate(*model, prompt, g);
-  // Without a tokenizer the ids are the output either way; --print-ids keeps them on one line.
-  for (size_t i = 0; i < r.tokens.size(); ++i) std::printf(i ? " %d" : "%d", r.tokens[i]);
-  std::printf("\n");
+  GenerateResult r;
+  if (draft.drafters.empty()) {
+    r = generate(*model, prompt, g);
+  } else {
+    Drafting drafting(*model, reg, draft);
+    DraftMetrics dm;
+    r = drafting.generate(prompt, g, {}, &dm);
+    std::fputs(dm.summary().c_str(), stderr);
+  }
+  if (codec && !a.flag("print-ids")) {
+    std::string text;
+    for (int32_t t : r.tokens) text += codec->token_bytes(t);  // control tokens (EOS) have no text
+    std::printf("%s\n", utf8_lossy(text).c_str());
+  } else {
+    // With --tokens the ids are the output; --print-ids keeps them on one line.
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf(i ? " %d" : "%d", r.tokens[i]);
+    std::printf("\n");
+  }
   double tps = r.tokens.size() > 1 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
   std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.2f tok/s%s\n", prompt.size(),
                r.prefill_seconds, double(prompt.size()) / r.prefill_seconds, r.tokens.size(), tps,
@@ -131,6 +186,8 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return cmd_inspect(rest(argc, argv));
     if (cmd == "plugins") return cmd_plugins(rest(argc, argv));
     if (cmd == "serve") return server::cmd_serve(rest(argc, argv));
+    if (cmd == "synth") return server::cmd_synth(rest(argc, argv));
+    if (cmd == "bench") return server::cmd_bench(rest(argc, argv));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -76,7 +76,7 @@ void usage(JsonWriter& w, const Usage& u) {
   key(w, "prompt_tokens_details");
   w.StartObject(), key(w, "cached_tokens"), w.Int(0), w.EndObject();
   key(w, "completion_tokens_details");
-  w.StartObject(), key(w, "reasoning_tokens"), w.Int(0), w.EndObject();
+  w.StartObject(), key(w, "reasoning_tokens"), w.Int64(u.reasoning_tokens), w.EndObject();
   w.EndObject();
 }
 

@@ -10,6 +10,7 @@
 
 #include <rapidjson/document.h>
 
+#include "output_rules.h"
 #include "tandem/backend.h"
 #include "tandem/chat_output.h"
 
@@ -58,6 +59,8 @@ struct GenRequest {
   bool return_tokens = false;          // llama-server's `return_tokens`: ids beside the text
   bool raw_output = false;             // chat `reasoning_format: none`: thinking tags stay in content
   std::vector<ToolSpec> tools;         // chat: the declared tools (empty with tool_choice none)
+  OutputRules rules;                   // chat: what decoding enforces (reasoning budget filled in by the route)
+  std::optional<int64_t> reasoning_budget;  // chat: the request's budget, if it set one
 };
 
 // Field checks for /v1/chat/completions and /v1/completions. `defaults` is the server's sampling;
@@ -79,6 +82,7 @@ struct ResponseHead {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens: sampled inside the reasoning span
 };
 
 struct Timings {

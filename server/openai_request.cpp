@@ -285,45 +285,63 @@ void parse_tools(Fields& f, GenRequest& r) {
       specs.push_back(std::move(spec));
     }
   }
-  bool none = false;
+  OutputRules& rules = r.rules;
+  std::string named;
   if (const rj::Value* tc = f.get("tool_choice")) {
     if (tc->IsString()) {
       std::string s = tc->GetString();
-      none = s == "none";
-      if (s != "none" && s != "auto" && s != "required")
+      if (s == "none") rules.tool_choice = ToolChoice::none;
+      else if (s == "required") rules.tool_choice = ToolChoice::required;
+      else if (s != "auto")
         throw bad_request("invalid_value", "tool_choice", "'tool_choice' must be none, auto, required or a function, found '" + s + "'");
     } else if (tc->IsObject()) {
       auto fn = tc->FindMember("function");
       if (fn == tc->MemberEnd() || !fn->value.IsObject() || !fn->value.HasMember("name") || !fn->value["name"].IsString())
         throw bad_request("missing_field", "tool_choice.function.name", "'tool_choice.function.name' is required");
-      if (!names.count(fn->value["name"].GetString()))
-        throw bad_request("invalid_value", "tool_choice", std::string("'tool_choice' names function '") +
-                                                              fn->value["name"].GetString() + "', which is not in 'tools'");
+      named = fn->value["name"].GetString();
+      if (!names.count(named))
+        throw bad_request("invalid_value", "tool_choice", "'tool_choice' names function '" + named + "', which is not in 'tools'");
+      rules.tool_choice = ToolChoice::named;
     } else {
       throw wrong_type("tool_choice", "a string or an object", *tc);
     }
   }
-  f.boolean("parallel_tool_calls");
-  if (!none) r.tools = std::move(specs);
+  if (auto p = f.boolean("parallel_tool_calls")) rules.parallel_tool_calls = *p;
+  if (rules.tool_choice == ToolChoice::none) return;
+  if (rules.tool_choice == ToolChoice::required && specs.empty())
+    throw bad_request("invalid_value", "tool_choice", "'tool_choice' is required, but 'tools' declares no function");
+  r.tools = std::move(specs);
+  if (r.tools.empty()) return;
+  const rj::Value& tools = *f.get("tools");
+  if (rules.tool_choice == ToolChoice::auto_) {
+    // The lazy grammar is a help, not a promise: a schema it cannot follow leaves calls unconstrained.
+    try {
+      rules.tools = compile_tool_grammars(tools);
+    } catch (const ApiError&) {
+      rules.tools.clear();
+    }
+    return;
+  }
+  rules.tools = compile_tool_grammars(tools);
+  if (rules.tool_choice == ToolChoice::named)
+    std::erase_if(rules.tools, [&](const ToolGrammar& g) { return g.name != named; });
 }
 
 void parse_chat_extras(Fields& f, GenRequest& r) {
-  if (const rj::Value* rf = f.object("response_format")) {
-    auto t = rf->FindMember("type");
-    std::string type = t != rf->MemberEnd() && t->value.IsString() ? t->value.GetString() : "";
-    if (type != "text" && type != "json_object" && type != "json_schema")
-      throw bad_request("invalid_value", "response_format.type", "'response_format.type' must be text, json_object or json_schema");
-    if (type != "text") throw not_implemented("constrained decoding in the server yet (response_format " + type + ")");
-  }
-  if (f.object("json_schema")) throw not_implemented("constrained decoding in the server yet (json_schema)");
+  const rj::Value* rf = f.object("response_format");
+  const rj::Value* js = f.get("json_schema");
+  r.rules.json = compile_response_format(rf, js);
+  if (r.rules.json && (r.rules.tool_choice == ToolChoice::required || r.rules.tool_choice == ToolChoice::named))
+    throw bad_request("invalid_value", "response_format",
+                      "'response_format' asks for JSON content, but 'tool_choice' asks for a tool call");
   if (auto e = f.string("reasoning_effort")) {
     static const std::set<std::string> ok = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
     if (!ok.count(*e)) throw bad_request("invalid_value", "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max; found '" + *e + "'");
   }
   f.object("chat_template_kwargs");
+  // Every name other servers use; the first one given wins. -1 = unlimited.
   for (const char* b : {"thinking_token_budget", "reasoning_budget_tokens", "thinking_budget_tokens", "max_reasoning_tokens"})
-    if (f.integer(b, -1, INT32_MAX).value_or(-1) >= 0)
-      throw not_implemented(std::string("reasoning budgets in the server yet ('") + b + "')");
+    if (auto v = f.integer(b, -1, INT32_MAX); v && !r.reasoning_budget) r.reasoning_budget = *v;
   if (auto rf = f.string("reasoning_format")) {
     if (*rf != "reasoning_content" && *rf != "none")
       throw bad_request("invalid_value", "reasoning_format", "'reasoning_format' must be reasoning_content or none; found '" + *rf + "'");

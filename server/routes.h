@@ -35,7 +35,12 @@ struct ServerState {
   std::string fingerprint;    // system_fingerprint
   int64_t created = 0;        // load time, unix seconds
   std::atomic<int> active_requests{0};  // generation requests not yet answered in full
+  std::atomic<double> load_progress{0};  // fraction of the model loaded, for /health
 };
+
+// The server's defaults for a chat request that leaves them out (reasoning_effort), written into
+// the request so every route renders the same prompt.
+void apply_chat_defaults(const ServerState& s, rapidjson::Document& request);
 
 struct Reply {
   int status = 200;

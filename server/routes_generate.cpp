@@ -72,6 +72,7 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   if (!g.params.stop.empty() && !has_text)
     throw not_implemented(s.loaded.codec->missing_tokenizer() + "; 'stop' strings need one");
 
+  if (chat) apply_chat_defaults(s, doc);
   bool starts_in_reasoning = false;
   std::vector<int32_t> prompt = build_prompt(s, doc, g, starts_in_reasoning);
   const char* prompt_param = chat ? "messages" : "prompt";
@@ -91,6 +92,14 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   job->max_tokens = int(max_tokens);
   job->params = g.params;
   job->want_text = has_text;
+  if (chat) {
+    job->chat = true;
+    job->starts_in_reasoning = starts_in_reasoning;
+    job->tools = g.tools;
+    job->rules = g.rules;
+    job->rules.reasoning_budget = g.reasoning_budget.value_or(s.options.reasoning_budget);
+    job->rules.reasoning_budget_message = s.options.reasoning_budget_message;
+  }
   if (!g.params.has_seed && g.params.sampling.temperature > 0) job->params.sampling.seed = std::random_device{}();
   auto executor = co_await net::this_coro::executor;
   auto signal = std::make_shared<net::steady_timer>(executor);

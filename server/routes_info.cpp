@@ -1,5 +1,7 @@
 // Routes that answer at once: health, models, metrics, tokenize/detokenize, apply-template, slots,
 // props (spec/server.md §5).
+#include <cstdio>
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -31,16 +33,30 @@ bool flag(const rj::Value& body, const char* name, bool def) {
 
 }  // namespace
 
+void apply_chat_defaults(const ServerState& s, rj::Document& d) {
+  if (s.options.reasoning_effort.empty() || !d.IsObject()) return;
+  // Explicit chat_template_kwargs win over reasoning_effort anyway (chat_prompt.cpp), so the
+  // default can always be added.
+  rj::Value v(s.options.reasoning_effort.c_str(), d.GetAllocator());
+  auto it = d.FindMember("reasoning_effort");
+  if (it == d.MemberEnd()) d.AddMember("reasoning_effort", v, d.GetAllocator());
+  else if (it->value.IsNull()) it->value = v;
+}
+
 Reply route_health(ServerState& s) {
   Reply r;
   switch (s.phase.load()) {
     case Phase::ready: r.body = R"({"status":"ok"})"; break;
-    case Phase::loading:
-      // llama-server's body plus a progress field; the loader reports no fraction yet, hence 0.
+    case Phase::loading: {
+      // llama-server's body plus a progress field, the fraction of layers loaded.
+      char progress[32];
+      std::snprintf(progress, sizeof progress, "%.3f", s.load_progress.load());
       r.status = 503;
-      r.body = R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"},"progress":0})";
+      r.body = std::string(R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"},"progress":)") +
+               progress + "}";
       r.headers.emplace_back("Retry-After", "5");
       break;
+    }
     case Phase::draining:
       r.status = 503;
       r.body = R"({"status":"draining"})";
@@ -91,6 +107,7 @@ Reply route_tokenize(ServerState& s, const std::string& body) {
   if (d.HasMember("messages")) {
     // Same path as a chat request, so `count` equals the chat's usage.prompt_tokens.
     if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
+    apply_chat_defaults(s, d);
     ids = tokenizer(s).encode(s.loaded.codec->render_chat(d, flag(d, "add_generation_prompt", true)).text, false, true);
   } else {
     const char* field = d.HasMember("content") ? "content" : "prompt";
@@ -156,6 +173,7 @@ Reply route_apply_template(ServerState& s, const std::string& body) {
   if (!d.IsObject() || !d.HasMember("messages"))
     throw bad_request("missing_field", "messages", "'messages' is required");
   if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
+  apply_chat_defaults(s, d);
   std::string prompt = s.loaded.codec->render_chat(d, true).text;
   rj::StringBuffer b;
   JsonWriter w(b);
@@ -210,6 +228,15 @@ Reply route_props(ServerState& s) {
   w.Key("max_queue"), w.Int(o.scheduler.max_queue);
   w.Key("tokenizer"), w.Bool(s.loaded.codec->missing_tokenizer().empty());
   w.Key("chat_template"), w.Bool(s.loaded.codec->missing_chat_template().empty());
+  // Thinking (spec §10.3, §10.4): medium falls back to high when the template has no medium_effort.
+  w.Key("thinking");
+  w.StartObject();
+  w.Key("default_reasoning_effort");
+  if (o.reasoning_effort.empty()) w.Null();
+  else str(w, o.reasoning_effort);
+  w.Key("medium_effort_supported"), w.Bool(s.loaded.codec->template_reads("medium_effort"));
+  w.Key("reasoning_budget"), w.Int64(o.reasoning_budget);
+  w.EndObject();
   w.Key("build_info"), str(w, std::string("tandem ") + TANDEM_VERSION);
   w.EndObject();
   return json_reply(text(b));

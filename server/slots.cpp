@@ -11,6 +11,7 @@
 
 #include "tandem/error.h"
 
+#include "decode_control.h"
 #include "text_codec.h"
 #include "text_stream.h"
 
@@ -60,6 +61,7 @@ struct Scheduler::Slot {
   std::shared_ptr<Job> job;
   std::unique_ptr<Sequence> seq;
   std::unique_ptr<TextStream> text;
+  std::unique_ptr<DecodeControl> control;  // chat jobs: reasoning budget and output constraints
   Rng rng;
   std::vector<float> logits;
   size_t prefilled = 0;
@@ -78,6 +80,10 @@ Scheduler::Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metri
   end_ids_.assign(model_.desc().eos_ids.begin(), model_.desc().eos_ids.end());
   for (int32_t id : codec_->end_ids())
     if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) end_ids_.push_back(id);
+  if (codec_->missing_tokenizer().empty()) {
+    output_vocab_ = std::make_unique<OutputVocab>(*codec_, model_.desc().vocab, end_ids_);
+    reasoning_close_ = codec_->reasoning_close();
+  }
   for (int i = 0; i < options_.slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->id = i;
@@ -186,6 +192,10 @@ void Scheduler::admit_locked(Clock::time_point now) {
     const GenParams& p = s.job->params;
     s.seq.reset();
     s.text = s.job->want_text ? std::make_unique<TextStream>(*codec_, p.stop) : nullptr;
+    s.control = s.job->chat && s.text && output_vocab_
+                    ? std::make_unique<DecodeControl>(*output_vocab_, s.job->rules, s.job->tools,
+                                                      s.job->starts_in_reasoning, reasoning_close_)
+                    : nullptr;
     s.rng = Rng(p.sampling.seed);
     s.prefilled = 0;
     s.generated = 0;
@@ -235,7 +245,10 @@ void Scheduler::step(Slot& s) {
       model_.commit(*s.seq, 1);
     }
     ++s.steps;
-    on_token(s, sample(s));
+    // The reasoning budget's close sequence goes in at its real positions, one token a step.
+    int32_t tok = 0;
+    const bool forced = s.control && s.control->forced(tok);
+    on_token(s, forced ? tok : sample(s), forced);
   } catch (const std::exception& e) {
     spdlog::error("request {}: {}", j.request_id, e.what());
     finish(s, "error", ApiError{500, "server_error", "internal_error", "", std::string("generation failed: ") + e.what(),
@@ -258,10 +271,11 @@ int32_t Scheduler::sample(Slot& s) {
   if (s.generated < p.min_tokens)
     for (int32_t e : end_ids_)
       if (e >= 0 && e < vocab) l[e] = -std::numeric_limits<float>::infinity();
+  if (s.control) s.control->mask(l);
   return model_.backend().sample(l, vocab, p.sampling, s.rng);
 }
 
-void Scheduler::on_token(Slot& s, int32_t tok) {
+void Scheduler::on_token(Slot& s, int32_t tok, bool forced) {
   Job& j = *s.job;
   auto now = Clock::now();
   if (s.generated == 0) {
@@ -278,7 +292,8 @@ void Scheduler::on_token(Slot& s, int32_t tok) {
   // EOS is a generated token (usage counts it, `tokens` lists it, as tandem::generate does) but no text.
   std::string text = s.text && !at_eos ? s.text->push(tok) : std::string();
   j.emit(text, tok);
-  if (at_eos || (s.text && s.text->stopped())) finish(s, "stop");
+  if (s.control) s.control->on_token(tok, forced);
+  if (at_eos || (s.text && s.text->stopped()) || (s.control && s.control->done())) finish(s, "stop");
   else if (s.generated >= j.max_tokens) finish(s, "length");
   else publish(s);
 }
@@ -289,7 +304,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, std::optional<ApiErro
   JobOutput o;
   o.finish_reason = reason;
   if (s.text && !error && reason != "abort" && !s.text->stopped()) o.text = s.text->flush();
-  o.usage = {int64_t(s.prefilled), int64_t(s.generated)};
+  o.usage = {int64_t(s.prefilled), int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0};
   o.timings.prompt_n = int64_t(s.prefilled);
   o.timings.predicted_n = s.generated;
   o.timings.steps = s.steps;
@@ -307,6 +322,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, std::optional<ApiErro
   std::shared_ptr<Job> job = std::move(s.job);
   s.seq.reset();  // a fresh Sequence per request: no prefix reuse yet, and the memory goes back now
   s.text.reset();
+  s.control.reset();
   {
     std::lock_guard lk(mu_);
     active_[size_t(s.id)] = nullptr;

@@ -28,6 +28,7 @@ namespace tandem::server {
 
 class TextCodec;
 class TextStream;
+struct OutputVocab;
 
 using Clock = std::chrono::steady_clock;
 
@@ -52,6 +53,11 @@ class Job {
   int max_tokens = 1;
   GenParams params;
   bool want_text = false;          // decode text through the codec (needs a tokenizer)
+  // Chat only (with want_text): what the engine enforces on the output (decode_control.h).
+  bool chat = false;
+  bool starts_in_reasoning = false;
+  std::vector<ToolSpec> tools;
+  OutputRules rules;
   std::function<void()> wake;      // called on the engine thread when output is ready; must not block
 
   void cancel(Cancel why);
@@ -110,7 +116,7 @@ class Scheduler {
   void admit_locked(Clock::time_point now);
   void step(Slot& s);
   int32_t sample(Slot& s);
-  void on_token(Slot& s, int32_t token);
+  void on_token(Slot& s, int32_t token, bool forced);
   void finish(Slot& s, const std::string& reason, std::optional<ApiError> error = std::nullopt);
   void publish(const Slot& s);
 
@@ -128,6 +134,8 @@ class Scheduler {
   bool closed_ = false, stop_ = false;
 
   std::vector<int32_t> end_ids_;               // model EOS ids and the tokenizer's end-of-generation ids
+  std::unique_ptr<OutputVocab> output_vocab_;  // for chat constraints; null without a tokenizer
+  std::string reasoning_close_;                // what a reasoning budget injects to close thinking
   std::vector<std::unique_ptr<Slot>> slots_;  // engine thread only
   size_t next_ = 0;                            // round-robin start
   std::thread thread_;

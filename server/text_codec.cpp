@@ -1,5 +1,5 @@
-// make_text_codec: the model folder's tokenizer.json (tandem/tokenizer.h) and chat template
-// (tandem/chat_template.h: tokenizer_config.json's chat_template, or chat_template.jinja).
+// make_text_codec: the tokenizer (tandem/tokenizer.h) and chat template (tandem/chat_template.h) of
+// a checkpoint, or of the files a profile names instead.
 #include "text_codec.h"
 
 #include <filesystem>
@@ -8,8 +8,11 @@
 #include <sstream>
 
 #include "openai_json.h"
+#include "tandem/chat_output.h"
 #include "tandem/chat_template.h"
+#include "tandem/error.h"
 #include "tandem/tokenizer.h"
+#include "tandem/weights.h"
 
 namespace tandem::server {
 
@@ -30,10 +33,24 @@ class NoTextCodec final : public TextCodec {
   std::string why_;
 };
 
+// The tags the output parser reads. Tokenizers that mark them special must still let their text
+// through, or reasoning and tool calls would vanish from the output.
+bool parser_tag(const std::string& t) {
+  return t == "<think>" || t == "</think>" || t == "<tool_call>" || t == "</tool_call>";
+}
+
+struct Template {
+  std::string source, name;
+};
+
 class TokenizerCodec final : public TextCodec {
  public:
-  TokenizerCodec(Tokenizer t, std::optional<ChatTemplate> tmpl, std::string no_template)
-      : tok_(std::move(t)), tmpl_(std::move(tmpl)), no_template_(std::move(no_template)) {
+  TokenizerCodec(Tokenizer t, std::optional<Template> tmpl, std::string no_template)
+      : tok_(std::move(t)), no_template_(std::move(no_template)) {
+    if (tmpl) {
+      tmpl_.emplace(tmpl->source, tmpl->name);
+      close_ = reasoning_close_text(tmpl->source);
+    }
     // Templates write {{ bos_token }}; the tokenizer knows what it is.
     if (tok_.bos_id() >= 0) defaults_.emplace_back("bos_token", tok_.token_text(tok_.bos_id()));
     if (tok_.eos_id() >= 0) defaults_.emplace_back("eos_token", tok_.token_text(tok_.eos_id()));
@@ -43,8 +60,13 @@ class TokenizerCodec final : public TextCodec {
   std::vector<int32_t> encode(const std::string& text, bool add_special, bool parse_special) const override {
     return tok_.encode(text, parse_special, add_special);
   }
-  std::string token_bytes(int32_t id) const override { return tok_.is_special(id) ? std::string() : tok_.token_bytes(id); }
+  std::string token_bytes(int32_t id) const override {
+    if (!tok_.is_special(id) || parser_tag(tok_.token_text(id))) return tok_.token_bytes(id);
+    return std::string();
+  }
   std::vector<int32_t> end_ids() const override { return tok_.eog_ids(); }
+  std::string reasoning_close() const override { return close_; }
+  bool template_reads(const std::string& v) const override { return tmpl_ && tmpl_->reads_variable(v); }
   ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const override {
     if (!tmpl_) throw not_implemented(no_template_);
     return render_chat_prompt(*tmpl_, request, add_generation_prompt, defaults_);
@@ -54,11 +76,13 @@ class TokenizerCodec final : public TextCodec {
   Tokenizer tok_;
   std::optional<ChatTemplate> tmpl_;
   std::string no_template_;
+  std::string close_ = "\n</think>\n";
   std::vector<std::pair<std::string, std::string>> defaults_;
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  check(f.good(), what, " '", path, "' cannot be read");
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -66,20 +90,32 @@ std::string read_file(const fs::path& p) {
 
 }  // namespace
 
-std::shared_ptr<TextCodec> make_text_codec(const Profile& profile) {
-  // HF layout: tokenizer.json, tokenizer_config.json and maybe chat_template.jinja beside the weights.
-  fs::path dir = profile.load.path;
-  if (!fs::is_directory(dir)) dir = dir.parent_path();
-  fs::path tj = dir / "tokenizer.json";
-  if (!fs::exists(tj)) return std::make_shared<NoTextCodec>("tokenizer (no tokenizer.json in " + dir.string() + ")");
-  fs::path tc = dir / "tokenizer_config.json";
-  Tokenizer tok = Tokenizer::from_json(read_file(tj), fs::exists(tc) ? read_file(tc) : "", tj.string());
-  std::optional<ChatTemplate> tmpl;
-  if (fs::path jf = dir / "chat_template.jinja"; fs::exists(jf)) tmpl = ChatTemplate::from_file(jf.string());
-  else if (!tok.chat_template().empty()) tmpl.emplace(tok.chat_template(), tc.string() + " chat_template");
+std::shared_ptr<TextCodec> make_text_codec(const Profile& profile, const Checkpoint& ckpt) {
+  // The profile's files win; otherwise what the checkpoint carries (HF folder or GGUF metadata).
+  std::optional<std::string> tj, tc;
+  std::string tj_name;
+  if (!profile.tokenizer.empty()) {
+    tj = read_file(profile.tokenizer, "tokenizer");
+    tj_name = profile.tokenizer;
+    // A tokenizer_config.json beside the override belongs to it.
+    if (fs::path c = fs::path(profile.tokenizer).parent_path() / "tokenizer_config.json"; fs::exists(c))
+      tc = read_file(c.string(), "tokenizer config");
+  } else {
+    tj = ckpt.side_file("tokenizer.json");
+    tj_name = ckpt.path() + " (tokenizer.json)";
+  }
+  if (!tj) return std::make_shared<NoTextCodec>("tokenizer (" + ckpt.path() + " has no tokenizer.json)");
+  if (!tc) tc = ckpt.side_file("tokenizer_config.json");
+  Tokenizer tok = Tokenizer::from_json(*tj, tc.value_or(""), tj_name);
+
+  std::optional<Template> tmpl;
+  if (!profile.chat_template.empty()) tmpl = Template{read_file(profile.chat_template, "chat template"), profile.chat_template};
+  else if (auto j = ckpt.side_file("chat_template.jinja")) tmpl = Template{*j, ckpt.path() + " (chat_template.jinja)"};
+  else if (!tok.chat_template().empty()) tmpl = Template{tok.chat_template(), ckpt.path() + " (tokenizer_config.json chat_template)"};
   return std::make_shared<TokenizerCodec>(
       std::move(tok), std::move(tmpl),
-      "chat template (neither chat_template.jinja nor a chat_template in tokenizer_config.json in " + dir.string() + ")");
+      "chat template (" + ckpt.path() + " has no chat_template.jinja or tokenizer_config.json chat_template; " +
+          "set 'chat_template:' in the profile)");
 }
 
 }  // namespace tandem::server

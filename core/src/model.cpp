@@ -93,6 +93,7 @@ class GroupLoader {
     for (const auto& n : names) groups.push_back(group(n));
     if (auto set = claim(groups[0]).load_experts(groups, be_)) {
       bytes_ += set->bytes();
+      expert_bytes_ += set->bytes();
       return set;
     }
     std::vector<std::unique_ptr<QuantizedTensor>> each;
@@ -100,15 +101,19 @@ class GroupLoader {
       each.push_back(claim(groups[e]).load(groups[e], be_));
       check_shape(*each.back(), names[e]);
       bytes_ += each.back()->bytes();
+      expert_bytes_ += each.back()->bytes();
     }
     return make_per_expert_set(std::move(each), be_);
   }
+  // Bytes of routed experts loaded so far (part of the total).
+  size_t expert_bytes() const { return expert_bytes_; }
 
  private:
   const TensorIndex& index_;
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats_;
   Backend& be_;
   size_t& bytes_;
+  size_t expert_bytes_ = 0;
 };
 
 class LayerWeights : public WeightLoader {
@@ -173,6 +178,7 @@ struct Model::Impl {
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
   Scratch x, h, out, logits;
+  std::function<void(int)> observer;
 };
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
@@ -200,12 +206,21 @@ std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& o, PluginRegistry
 }
 
 std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
+  std::string format_name;
+  auto checkpoint = open_checkpoint(o, reg, &format_name);
+  return load(std::move(checkpoint), format_name, o, reg);
+}
+
+std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const std::string& format_name,
+                                   const LoadOptions& o, PluginRegistry& reg) {
+  check(checkpoint != nullptr, "Model::load: no checkpoint");
   std::unique_ptr<Model> m(new Model());
   Impl& im = *m->impl_;
 
-  im.checkpoint = open_checkpoint(o, reg, &m->format_name_);
+  im.checkpoint = std::move(checkpoint);
+  m->format_name_ = format_name;
   auto formats = reg.formats(o.device);
-  m->desc_ = parse_model_config(im.checkpoint->config_json(), o.path + " (config)");
+  m->desc_ = parse_model_config(im.checkpoint->config_json(), im.checkpoint->path() + " (config)");
   const ModelDesc& d = m->desc_;
 
   if (o.threads >= 0) set_thread_count(o.threads);
@@ -218,13 +233,13 @@ std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
   std::string root;
   for (const char* p : {"backbone.", "model."})
     if (index.has(std::string(p) + "embeddings.weight") || index.has(std::string(p) + "norm_f.weight")) root = p;
-  check(!root.empty(), o.path, ": no 'backbone.embeddings.weight' or 'model.embeddings.weight' tensor");
+  check(!root.empty(), im.checkpoint->path(), ": no 'backbone.embeddings.weight' or 'model.embeddings.weight' tensor");
 
   LayerWeights top(loader, root);
   im.embed = top.tensor("embeddings", {d.vocab, d.hidden});
   im.norm_f = upload(be, top.vector("norm_f", {d.hidden}));
   if (d.tie_embeddings || !loader.has("lm_head")) {
-    check(d.tie_embeddings, o.path, ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+    check(d.tie_embeddings, im.checkpoint->path(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
     im.lm_head = loader.load(root + "embeddings");
   } else {
     LayerWeights head(loader, "");
@@ -232,6 +247,7 @@ std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
   }
 
   std::shared_ptr<LayerFactory> mamba;
+  size_t routed_per_token = 0;  // top_k experts of every MoE layer
   for (size_t i = 0; i < d.layers.size(); ++i) {
     const LayerDesc& l = d.layers[i];
     std::string p = root + "layers." + std::to_string(i) + ".";
@@ -252,12 +268,20 @@ std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
         break;
       }
       case LayerKind::Attention: im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be)); break;
-      case LayerKind::MoE: im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be)); break;
+      case LayerKind::MoE: {
+        const size_t e0 = loader.expert_bytes();
+        im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be));
+        routed_per_token += (loader.expert_bytes() - e0) / size_t(l.moe.n_experts) * size_t(l.moe.top_k);
+        break;
+      }
       case LayerKind::MLP: im.mixers.push_back(make_mlp(l.mlp, d.hidden, mw, be)); break;
     }
+    if (o.progress) o.progress(double(i + 1) / double(d.layers.size()));
   }
+  m->decode_bytes_ = m->weight_bytes_ - loader.expert_bytes() + routed_per_token - im.embed->bytes() +
+                     im.embed->bytes() / size_t(d.vocab);
   spdlog::info("loaded {} ({} layers, pattern {}) from '{}' via '{}' on {}: {:.1f} MiB of weights", d.model_type,
-               d.layers.size(), d.pattern(), o.path, m->format_name_, be.device(),
+               d.layers.size(), d.pattern(), im.checkpoint->path(), m->format_name_, be.device(),
                double(m->weight_bytes_) / (1 << 20));
   return m;
 }
@@ -285,21 +309,26 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
 
   Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
   im.embed->get_rows(tokens.data(), int(n), x);
+  if (im.observer) im.observer(-1);
   for (size_t i = 0; i < im.mixers.size(); ++i) {
     be.rms_norm(x, static_cast<float*>(im.norms[i]->data()), desc_.eps, h);
     im.mixers[i]->forward(h, out, *seq.states[i], info);
     be.add(x, out, x);
+    if (im.observer) im.observer(int(i));
   }
   Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
   Tensor hn = h.slice_rows(0, last.rows);
   be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
   Tensor lg = im.logits.f32(be, last.rows, desc_.vocab);
   im.lm_head->matmul(hn, lg);
+  if (im.observer) im.observer(int(im.mixers.size()));
   logits.resize(size_t(lg.numel()));
   be.download(logits.data(), lg.data, lg.nbytes());
   seq.pending = true;
   seq.last = info;
 }
+
+void Model::set_forward_observer(std::function<void(int)> observer) { impl_->observer = std::move(observer); }
 
 void Model::commit(Sequence& seq, int n_accepted) {
   check(seq.pending, "commit: no forward pass to commit");

@@ -12,6 +12,7 @@
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/layer.h"
+#include "tandem/speculator.h"
 #include "tandem/weights.h"
 
 namespace fs = std::filesystem;
@@ -204,6 +205,10 @@ std::shared_ptr<LayerFactory> PluginRegistry::layer(const std::string& name, con
 std::shared_ptr<WeightFormat> PluginRegistry::format(const std::string& name, const std::string& device) {
   auto o = create(TANDEM_KIND_FORMAT, name, device);
   return std::shared_ptr<WeightFormat>(o, static_cast<WeightFormat*>(o.get()));
+}
+std::shared_ptr<SpeculatorFactory> PluginRegistry::speculator(const std::string& name, const std::string& device) {
+  auto o = create(TANDEM_KIND_SPECULATOR, name, device);
+  return std::shared_ptr<SpeculatorFactory>(o, static_cast<SpeculatorFactory*>(o.get()));
 }
 std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> PluginRegistry::formats(const std::string& device) {
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> out;

@@ -103,14 +103,15 @@ WriteTensor make(const std::string& name, int type, const std::vector<int64_t>& 
 
 }  // namespace
 
-std::vector<uint8_t> serialize_gguf(const Metadata& metadata, const std::vector<WriteTensor>& tensors) {
-  uint64_t alignment = kDefaultAlignment;
+GgufHeader serialize_gguf_header(const Metadata& metadata, const std::vector<TensorLayout>& tensors) {
+  GgufHeader h;
+  h.alignment = kDefaultAlignment;
   if (const Value* a = metadata.find("general.alignment")) {
     check(!a->is_array() && a->type == ValueType::U32 && !a->ints.empty(),
           "gguf writer: key 'general.alignment' must be a UINT32");
-    alignment = a->ints[0];
-    check(alignment > 0 && (alignment & (alignment - 1)) == 0,
-          "gguf writer: key 'general.alignment' must be a power of two, found ", alignment);
+    h.alignment = a->ints[0];
+    check(h.alignment > 0 && (h.alignment & (h.alignment - 1)) == 0,
+          "gguf writer: key 'general.alignment' must be a power of two, found ", h.alignment);
   }
 
   Bytes out;
@@ -125,7 +126,7 @@ std::vector<uint8_t> serialize_gguf(const Metadata& metadata, const std::vector<
 
   std::unordered_set<std::string> names;
   uint64_t offset = 0;
-  for (const WriteTensor& t : tensors) {
+  for (const TensorLayout& t : tensors) {
     const std::string at = "gguf writer: tensor '" + t.name + "': ";
     check(names.insert(t.name).second, at, "appears twice");
     check(t.name.size() < 64, at, "name is ", t.name.size(), " bytes, llama.cpp reads at most 63");
@@ -140,19 +141,32 @@ std::vector<uint8_t> serialize_gguf(const Metadata& metadata, const std::vector<
     check(t.ne[0] % type->block_elems == 0, at, "ne[0] = ", t.ne[0], " is not a multiple of the ", type->name,
           " block size ", type->block_elems);
     const uint64_t nbytes = uint64_t(numel / type->block_elems) * uint64_t(type->block_bytes);
-    check(t.data.size() == nbytes, at, "shape ", shape_str(t.ne), " of ", type->name, " needs ", nbytes,
-          " bytes, found ", t.data.size());
+    h.nbytes.push_back(nbytes);
     out.string(t.name);
     out.uint(t.ne.size(), 4);
     for (int64_t d : t.ne) out.uint(uint64_t(d), 8);
     out.uint(uint32_t(t.type), 4);
     out.uint(offset, 8);
-    offset += (nbytes + alignment - 1) / alignment * alignment;
+    offset += (nbytes + h.alignment - 1) / h.alignment * h.alignment;
   }
-  out.pad(alignment);
+  out.pad(h.alignment);
+  h.bytes = std::move(out.out());
+  return h;
+}
+
+std::vector<uint8_t> serialize_gguf(const Metadata& metadata, const std::vector<WriteTensor>& tensors) {
+  std::vector<TensorLayout> layout;
+  for (const WriteTensor& t : tensors) layout.push_back({t.name, t.type, t.ne});
+  GgufHeader h = serialize_gguf_header(metadata, layout);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    check(tensors[i].data.size() == h.nbytes[i], "gguf writer: tensor '", tensors[i].name, "': shape ",
+          shape_str(tensors[i].ne), " of ", ggml_type_info(tensors[i].type)->name, " needs ", h.nbytes[i],
+          " bytes, found ", tensors[i].data.size());
+  Bytes out;
+  out.raw(h.bytes);
   for (const WriteTensor& t : tensors) {
     out.raw(t.data);
-    out.pad(alignment);
+    out.pad(h.alignment);
   }
   return std::move(out.out());
 }

@@ -23,6 +23,21 @@ struct WriteTensor {
 // 32. Errors name the key or tensor: a value that does not fit its type, an unknown ggml type,
 // ne[0] not a multiple of the block, a data size that does not match the shape, duplicate names.
 std::vector<uint8_t> serialize_gguf(const Metadata& metadata, const std::vector<WriteTensor>& tensors);
+
+// For writers that stream tensor data (the synthetic-model generator's 22 GB files): a tensor's name,
+// type and shape without its bytes.
+struct TensorLayout {
+  std::string name;
+  int type = 0;
+  std::vector<int64_t> ne;
+};
+struct GgufHeader {
+  std::vector<uint8_t> bytes;   // everything before the data section, padded to the alignment
+  uint64_t alignment = 32;      // each tensor's bytes follow, padded to this, in the given order
+  std::vector<uint64_t> nbytes; // each tensor's size before padding
+};
+// The same checks and layout as serialize_gguf, which is this header followed by the data.
+GgufHeader serialize_gguf_header(const Metadata& metadata, const std::vector<TensorLayout>& tensors);
 void write_gguf(const std::string& path, const Metadata& metadata, const std::vector<WriteTensor>& tensors);
 
 // Tensors from float values in ggml element order (ne[0] fastest). F16/BF16 round to nearest even.

@@ -56,7 +56,7 @@ void put_u16(uint16_t v, uint8_t* p) {
 
 }  // namespace
 
-void write_file(const std::string& path, const std::vector<WriteTensor>& tensors) {
+std::string serialize_header(const std::vector<TensorLayout>& tensors, std::vector<uint64_t>* nbytes) {
   rapidjson::StringBuffer sb;
   JsonWriter w(sb);
   w.StartObject();
@@ -66,16 +66,14 @@ void write_file(const std::string& path, const std::vector<WriteTensor>& tensors
   w.String("pt");
   w.EndObject();
   std::unordered_set<std::string> names;
-  std::vector<const WriteTensor*> body;
   uint64_t offset = 0;
-  for (const WriteTensor& t : tensors) {
+  for (const TensorLayout& t : tensors) {
     const std::string at = "safetensors writer: tensor '" + t.name + "': ";
     check(t.name != "__metadata__" && names.insert(t.name).second, at, "name used twice or reserved");
     size_t elem = dtype_bytes(t.dtype);
     check(elem != 0, at, "dtype '", t.dtype, "' unknown, expected one of ", known_dtypes());
     uint64_t bytes = numel_of(t.name, t.shape) * elem;
-    check(t.data.size() == bytes, at, "shape ", shape_str(t.shape), " of ", t.dtype, " needs ", bytes,
-          " bytes, found ", t.data.size());
+    if (nbytes) nbytes->push_back(bytes);
     key(w, t.name);
     w.StartObject();
     key(w, "dtype");
@@ -91,7 +89,6 @@ void write_file(const std::string& path, const std::vector<WriteTensor>& tensors
     w.EndArray();
     w.EndObject();
     offset += bytes;
-    body.push_back(&t);
   }
   w.EndObject();
 
@@ -99,7 +96,22 @@ void write_file(const std::string& path, const std::vector<WriteTensor>& tensors
   json.append((8 - json.size() % 8) % 8, ' ');  // the data buffer starts 8-aligned
   std::string head(8, '\0');
   for (int i = 0; i < 8; ++i) head[i] = char(uint64_t(json.size()) >> (8 * i));
-  write_bytes(path, head + json, body);
+  return head + json;
+}
+
+void write_file(const std::string& path, const std::vector<WriteTensor>& tensors) {
+  std::vector<TensorLayout> layout;
+  for (const WriteTensor& t : tensors) layout.push_back({t.name, t.dtype, t.shape});
+  std::vector<uint64_t> nbytes;
+  std::string head = serialize_header(layout, &nbytes);
+  std::vector<const WriteTensor*> body;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const WriteTensor& t = tensors[i];
+    check(t.data.size() == nbytes[i], "safetensors writer: tensor '", t.name, "': shape ", shape_str(t.shape), " of ",
+          t.dtype, " needs ", nbytes[i], " bytes, found ", t.data.size());
+    body.push_back(&t);
+  }
+  write_bytes(path, head, body);
 }
 
 void write_index(const std::string& path, const std::vector<std::pair<std::string, std::string>>& weight_map) {

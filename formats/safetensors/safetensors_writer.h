@@ -21,6 +21,16 @@ struct WriteTensor {
 // duplicate name) or the file (cannot write).
 void write_file(const std::string& path, const std::vector<WriteTensor>& tensors);
 
+// For writers that stream tensor data: the file's first bytes (length, header JSON, padding) for
+// tensors whose bytes follow in this order, and each tensor's size. The same checks as write_file
+// (which writes this header, then the data).
+struct TensorLayout {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+std::string serialize_header(const std::vector<TensorLayout>& tensors, std::vector<uint64_t>* nbytes = nullptr);
+
 // model.safetensors.index.json for a sharded folder: weight_map tensor → file, in the given order.
 void write_index(const std::string& path, const std::vector<std::pair<std::string, std::string>>& weight_map);
 

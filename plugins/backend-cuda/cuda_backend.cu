@@ -47,6 +47,7 @@ class BlockPool {
       }
     }
     held_ += r;
+    peak_ = std::max(peak_, held_);
     got = r;
     return p;
   }
@@ -59,6 +60,10 @@ class BlockPool {
   size_t held() const {
     std::lock_guard<std::mutex> lock(mu_);
     return held_;
+  }
+  size_t peak() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
   }
 
  private:
@@ -78,7 +83,7 @@ class BlockPool {
 
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;
-  size_t held_ = 0;
+  size_t held_ = 0, peak_ = 0;
 };
 
 namespace {
@@ -137,6 +142,39 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
 void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
 
 size_t CudaBackend::pool_bytes() const { return pool_->held(); }
+
+size_t CudaBackend::peak_memory_bytes() const { return pool_->peak(); }
+
+double CudaBackend::measure_copy_bandwidth() {
+  // Outside the pool (its peak stays the model's); 1 GiB each way is far past the 60 MB L2.
+  constexpr size_t kBytes = size_t(1) << 30;
+  void *src = nullptr, *dst = nullptr;
+  if (cudaMalloc(&src, kBytes) != cudaSuccess || cudaMalloc(&dst, kBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (src) (void)cudaFree(src);
+    return 0.0;  // no room beside the model: not measured
+  }
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "measure_copy_bandwidth: cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "measure_copy_bandwidth: cudaEventCreate");
+  check_cuda(cudaMemsetAsync(src, 0x5a, kBytes, stream()), "measure_copy_bandwidth: cudaMemsetAsync");
+  std::vector<float> ms;
+  for (int r = 0; r < 12; ++r) {
+    check_cuda(cudaEventRecord(start, stream()), "measure_copy_bandwidth: cudaEventRecord");
+    check_cuda(cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice, stream()), "measure_copy_bandwidth: copy");
+    check_cuda(cudaEventRecord(stop, stream()), "measure_copy_bandwidth: cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "measure_copy_bandwidth: cudaEventSynchronize");
+    float t = 0;
+    check_cuda(cudaEventElapsedTime(&t, start, stop), "measure_copy_bandwidth: cudaEventElapsedTime");
+    if (r >= 2) ms.push_back(t);  // two warm-up copies
+  }
+  (void)cudaEventDestroy(start);
+  (void)cudaEventDestroy(stop);
+  (void)cudaFree(src);
+  (void)cudaFree(dst);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(kBytes) / (double(ms[ms.size() / 2]) * 1e-3);
+}
 
 void CudaBackend::rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) {
   check_tensor("rms_norm", "x", x, x.rows, x.cols);

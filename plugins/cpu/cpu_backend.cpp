@@ -1,10 +1,14 @@
 // CpuBackend: host memory, and the Backend methods forwarded to the kernels.
 #include "cpu_backend.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "kernels.h"
 #include "tandem/parallel.h"
@@ -82,6 +86,33 @@ void CpuBackend::moe_route(const Tensor& logits, const float* bias, const RouteP
 }
 int32_t CpuBackend::sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
   return cpu::sample(logits, vocab, p, rng);
+}
+
+double CpuBackend::measure_copy_bandwidth() {
+  constexpr size_t kBytes = size_t(256) << 20, kChunk = size_t(4) << 20;
+  HostBuffer src(kBytes), dst(kBytes);
+  std::memset(src.data(), 0x5a, kBytes);  // touched, so the timed copies do not fault pages in
+  auto copy = [&] {
+    parallel_for(int64_t(kBytes / kChunk), 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        std::memcpy(static_cast<char*>(dst.data()) + c * kChunk, static_cast<char*>(src.data()) + c * kChunk, kChunk);
+    });
+  };
+  copy();
+  std::vector<double> times;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    copy();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * double(kBytes) / times[times.size() / 2];
+}
+
+size_t CpuBackend::peak_memory_bytes() const {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return size_t(u.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
 }  // namespace tandem::cpu

@@ -29,6 +29,10 @@ class CpuBackend final : public Backend {
                  float* weights) override;
   void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) override;
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;
+  // memcpy between two 256 MiB host buffers on every worker thread.
+  double measure_copy_bandwidth() override;
+  // The process's peak resident memory (host memory is this backend's device memory).
+  size_t peak_memory_bytes() const override;
 };
 
 }  // namespace tandem::cpu

@@ -14,7 +14,9 @@
 #include "tandem/engine.h"
 #include "tandem/npy.h"
 #include "tandem/registry.h"
+#include "tandem/tokenizer.h"
 #include "test_util.h"
+#include "tiny_chat_model.h"
 
 namespace fs = std::filesystem;
 using namespace tandem;
@@ -130,4 +132,38 @@ TEST(Cli, BadInputsAreOneLineErrors) {
   }
   fs::remove(pf);
   EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
+  fs::path dir = fs::temp_directory_path() / ("tandem_cli_chat_" + std::to_string(::getpid()));
+  auto m = test::write_tiny_chat_model(dir.string(),
+                                       test::shared_data("chat_templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"));
+  CliRun text = run("generate --config " + m.profile + " --prompt 'Hello there' --max-tokens 12");
+  CliRun ids = run("generate --config " + m.profile + " --prompt 'Hello there' --max-tokens 12 --print-ids");
+  ASSERT_EQ(text.status, 0) << text.err;
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  // The prompt is the bytes of the text (the tokenizer has no merges); the ids are generate()'s.
+  std::vector<int32_t> prompt;
+  for (unsigned char c : std::string("Hello there")) prompt.push_back(test::kTinyFirstByte + c);
+  static PluginRegistry reg;
+  reg.load_directory(test::plugin_dir());
+  LoadOptions o;
+  o.path = m.dir;
+  GenerateOptions g;
+  g.max_tokens = 12;
+  g.context = 64;
+  GenerateResult want = generate(*Model::load(o, reg), prompt, g);
+  std::stringstream ss(ids.out);
+  std::vector<int32_t> got;
+  int32_t v;
+  while (ss >> v) got.push_back(v);
+  EXPECT_EQ(got, want.tokens);
+  // The text is those ids' bytes; control tokens (the EOS ids) have none.
+  std::string bytes;
+  for (int32_t t : want.tokens)
+    if (t >= test::kTinyFirstByte) bytes += char(t - test::kTinyFirstByte);
+    else if (t >= 12 && t <= 17) bytes += std::vector<std::string>{"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"}[size_t(t - 12)];
+  EXPECT_EQ(text.out, utf8_lossy(bytes) + "\n");
+  fs::remove_all(dir);
+  fs::remove(m.profile);
 }

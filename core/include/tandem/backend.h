@@ -88,6 +88,12 @@ class Backend {
   }
   // Picks one token from logits [V] (host or device memory of this backend).
   virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) = 0;
+
+  // Optional, for benchmarks. The device memory's copy bandwidth in bytes/s, measured now with a large
+  // copy within the device and counting bytes read plus bytes written (0 = not measured). Synchronizes.
+  virtual double measure_copy_bandwidth() { return 0.0; }
+  // The most device memory this backend has held at once, in bytes (0 = unknown).
+  virtual size_t peak_memory_bytes() const { return 0; }
 };
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 // Sync: forward() returns host logits, so it waits for the device at its end; nothing inside does.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct LoadOptions {
   int threads = 0;               // 0 = all cores
   std::string mamba = "mamba2";  // layer plugin for M layers
   bool hf_prefill_dt_clamp = false;  // clamp Δ ≥ time_step_min in prefill, as HF transformers does
+  // Optional: called on the loading thread with the fraction loaded (0 … 1) after each layer.
+  std::function<void(double)> progress;
 };
 
 struct Sequence {
@@ -44,12 +47,19 @@ TANDEM_API std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& option
 class TANDEM_API Model {
  public:
   static std::unique_ptr<Model> load(const LoadOptions& options, PluginRegistry& registry);
+  // A checkpoint opened elsewhere (e.g. a synthetic one built in memory); options.path and
+  // options.format are not used. `format_name` is what format_name() reports.
+  static std::unique_ptr<Model> load(std::unique_ptr<Checkpoint> checkpoint, const std::string& format_name,
+                                     const LoadOptions& options, PluginRegistry& registry);
   ~Model();
 
   const ModelDesc& desc() const { return desc_; }
   Backend& backend() { return *backend_; }
   const std::string& format_name() const { return format_name_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of weights one decode step reads: every weight except the routed experts and the embedding,
+  // plus top_k experts of each MoE layer and one embedding row (from the loaded tensors' bytes()).
+  size_t decode_bytes() const { return decode_bytes_; }
 
   std::unique_ptr<Sequence> new_sequence(int64_t max_tokens) const;
   // Runs `tokens` at positions seq.pos …; writes logits (f32, host) of every position
@@ -58,6 +68,9 @@ class TANDEM_API Model {
                std::vector<float>& logits, bool all_positions);
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
+  // Optional (benchmarks): called from forward() with -1 after the embedding, i after layer i and
+  // n_layers after the head, before the logits are downloaded. Nothing synchronizes for it.
+  void set_forward_observer(std::function<void(int)> observer);
 
  private:
   Model();
@@ -67,6 +80,7 @@ class TANDEM_API Model {
   std::shared_ptr<Backend> backend_;
   std::string format_name_;
   size_t weight_bytes_ = 0;
+  size_t decode_bytes_ = 0;
 };
 
 }  // namespace tandem

@@ -14,14 +14,14 @@ extern "C" {
 #endif
 
 /* Bump on any change to this header or to the C++ interfaces in core/include/tandem that objects
- * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h). */
-#define TANDEM_PLUGIN_ABI_VERSION 1u
+ * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h). */
+#define TANDEM_PLUGIN_ABI_VERSION 2u
 
 enum tandem_kind {
   TANDEM_KIND_BACKEND = 1,    /* object: tandem::Backend */
   TANDEM_KIND_FORMAT = 2,     /* object: tandem::WeightFormat */
   TANDEM_KIND_LAYER = 3,      /* object: tandem::LayerFactory */
-  TANDEM_KIND_SPECULATOR = 4  /* object: tandem::SpeculatorFactory (later) */
+  TANDEM_KIND_SPECULATOR = 4  /* object: tandem::SpeculatorFactory */
 };
 
 enum tandem_status { TANDEM_OK = 0, TANDEM_ERROR = 1 };

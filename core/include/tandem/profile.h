@@ -3,12 +3,34 @@
 // is an error naming the key and the file.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/backend.h"
 #include "tandem/model.h"
+#include "tandem/speculate.h"
 
 namespace tandem {
+
+// The `server:` section: settings of `tandem serve`. Unset fields keep the server's defaults;
+// command-line flags win over what is set here.
+struct ServerProfile {
+  std::optional<std::string> host;
+  std::optional<int> port;
+  std::optional<std::vector<std::string>> api_keys;  // `api_key`: a string or a list
+  std::optional<std::string> api_key_file;          // resolved against the YAML's folder
+  std::optional<std::string> metrics_key;
+  std::optional<std::string> served_model_name;
+  std::optional<std::vector<std::string>> aliases;  // a string or a list
+  std::optional<int> slots, max_queue, default_max_tokens, prefill_chunk;
+  std::optional<int64_t> max_body_bytes;
+  std::optional<double> queue_timeout, drain_timeout, sse_ping_interval;  // seconds
+  std::optional<bool> strict_fields;
+  std::optional<int64_t> reasoning_budget;           // -1 = unlimited
+  std::optional<std::string> reasoning_budget_message;
+  std::optional<std::string> reasoning_effort;       // default thinking mode: none … max (spec/server.md §10.3)
+};
 
 struct Profile {
   std::string source;          // the YAML file, "" when built from flags
@@ -16,6 +38,12 @@ struct Profile {
   int64_t context = 4096;      // tokens per sequence
   int max_tokens = 256;        // default generation length
   SamplingParams sampling;     // default sampling
+  std::string chat_template;   // a Jinja file that replaces the model's own template ("" = the model's)
+  std::string tokenizer;       // a tokenizer.json that replaces the model's own ("" = the model's)
+  ServerProfile server;
+  // draft: {drafters: [lookup], lookup: {...}, staircut: {...}}; each drafter's own keys are
+  // checked by its factory when the drafters are created (tandem::Drafting).
+  DraftOptions draft;
 };
 
 TANDEM_API Profile load_profile(const std::string& yaml_path);

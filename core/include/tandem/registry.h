@@ -15,6 +15,7 @@ namespace tandem {
 class Backend;
 class WeightFormat;
 class LayerFactory;
+class SpeculatorFactory;
 
 struct ProviderInfo {
   tandem_kind kind;
@@ -52,6 +53,8 @@ class TANDEM_API PluginRegistry {
   // A format's provider for `device`: the one built for that device (e.g. "safetensors" from
   // libtandem-safetensors-cuda.so for "cuda") if loaded, else its device-neutral provider ("").
   std::shared_ptr<WeightFormat> format(const std::string& name, const std::string& device = "");
+  // A drafter's factory for `device`: the one built for that device if loaded, else the device-neutral one.
+  std::shared_ptr<SpeculatorFactory> speculator(const std::string& name, const std::string& device = "");
   // One provider per format name, chosen for `device` as format() does, in registration order.
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats(const std::string& device = "");
 

@@ -1,6 +1,9 @@
 // Blocking Beast client used by the server tests.
 #include "http_client.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -42,6 +45,9 @@ HttpResult http_request(uint16_t port, const std::string& method, const std::str
                         const Headers& headers) {
   net::io_context ioc;
   tcp::socket s = connect(ioc, port);
+  // A server that died (e.g. its model failed to load) must fail the test, not hang it.
+  timeval tv{60, 0};
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   auto req = make_request(method, target, body, headers);
   beast::error_code ec;
   http::write(s, req, ec);  // a 413 may arrive before the whole body went out; read it anyway

@@ -9,10 +9,15 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <unistd.h>
+
 #include "openai_json.h"
 #include "tandem/engine.h"
 #include "tandem/registry.h"
+#include "tandem/weights.h"
 #include "test_util.h"
+#include "tiny_chat_model.h"
 
 namespace tandem::test {
 
@@ -53,14 +58,45 @@ server::ServerOptions tiny_options(int slots) {
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const server::TextCodec> codec,
                                                  std::shared_future<void> gate) {
-  auto loader = [codec, gate] {
+  auto loader = [codec, gate](const std::function<void(double)>& progress) {
     if (gate.valid()) gate.wait();
     server::LoadedModel m;
-    m.model = Model::load(tiny_load(), registry());
+    LoadOptions o = tiny_load();
+    o.progress = progress;
+    m.model = Model::load(o, registry());
     Profile p;
     p.load = tiny_load();
-    m.codec = codec ? codec : server::make_text_codec(p);
+    m.codec = codec ? codec : server::make_text_codec(p, *open_checkpoint(p.load, registry()));
     m.path = tiny_load().path;
+    return m;
+  };
+  auto s = std::make_unique<server::HttpServer>(std::move(o), loader);
+  s->start();
+  return s;
+}
+
+std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o) {
+  static const TinyChatModel model = [] {
+    auto dir = std::filesystem::temp_directory_path() / ("tandem_tiny_chat_" + std::to_string(::getpid()));
+    auto m = write_tiny_chat_model(dir.string(), shared_data("chat_templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"));
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(std::filesystem::temp_directory_path() / ("tandem_tiny_chat_" + std::to_string(::getpid())), ec);
+      std::filesystem::remove(std::filesystem::temp_directory_path() / ("tandem_tiny_chat_" + std::to_string(::getpid()) + ".yaml"), ec);
+    });
+    return m;
+  }();
+  return start_profile_server(std::move(o), load_profile(model.profile));
+}
+
+std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o, const Profile& p) {
+  auto loader = [p](const std::function<void(double)>& progress) {
+    server::LoadedModel m;
+    LoadOptions lo = p.load;
+    lo.progress = progress;
+    m.model = Model::load(lo, registry());
+    m.codec = server::make_text_codec(p, *open_checkpoint(p.load, registry()));
+    m.path = p.load.path;
     return m;
   };
   auto s = std::make_unique<server::HttpServer>(std::move(o), loader);

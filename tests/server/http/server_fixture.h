@@ -26,6 +26,13 @@ server::ServerOptions tiny_options(int slots = 2);
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const server::TextCodec> codec = nullptr,
                                                  std::shared_future<void> gate = {});
+// Starts a server on the tiny chat model (tests/e2e/tiny_chat_model.h: a real tokenizer and the
+// Nemotron 3 template), written once per run into a temporary folder; its codec is the one
+// `tandem serve` builds from the checkpoint's side files.
+std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o);
+// Starts a server on a profile's model, loaded and given its codec as `tandem serve` does (with the
+// test plugin folder).
+std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o, const Profile& profile);
 // Polls /health until 200 (fails the test after 10 s).
 void wait_ready(uint16_t port);
 

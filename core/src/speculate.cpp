@@ -1,0 +1,372 @@
+// The drafted generation loop: propose → pick (StairCut) → one verify pass → accept → commit(n) →
+// observe, with every proposal retro-scored against the committed text.
+#include "tandem/speculate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "tandem/error.h"
+#include "tandem/registry.h"
+
+namespace tandem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Acceptance is estimated per (drafter bucket × copy-run bin): a drafter whose last proposals were
+// right all the way is more likely to be right again (spec/speculation.md §3).
+constexpr int kCopyBins = 3;
+int copy_bin(int run) { return run == 0 ? 0 : run <= 2 ? 1 : 2; }
+
+struct DrafterSlot {
+  std::string name;
+  std::shared_ptr<SpeculatorFactory> factory;
+  SpeculatorSettings settings;
+  int buckets = 1;
+  bool cheap = false;
+};
+
+// A proposal waiting to be compared with the committed text.
+struct Pending {
+  int drafter, bucket;
+  size_t start;  // index in the history where its first token belongs
+  std::vector<int32_t> tokens;
+  size_t judged = 0;
+};
+
+}  // namespace
+
+struct Drafting::Impl {
+  Model& model;
+  std::vector<DrafterSlot> slots;
+  std::vector<std::string> names;
+  std::unique_ptr<StairCut> staircut;
+  DraftMetrics total;
+
+  explicit Impl(Model& m) : model(m) {}
+  void start(const DraftOptions& o);
+  std::unique_ptr<Speculator> make(size_t d) const {
+    SpeculatorSettings s = slots[d].settings;
+    SpeculatorContext ctx{model.desc().vocab, &model};
+    auto sp = slots[d].factory->create(ctx, s);
+    check(sp != nullptr, "drafter '", slots[d].name, "': its factory made no speculator");
+    return sp;
+  }
+};
+
+void Drafting::Impl::start(const DraftOptions& o) {
+  check(!slots.empty(), "drafting: no drafters (use plain generation instead)");
+  std::vector<int> buckets;
+  for (size_t d = 0; d < slots.size(); ++d) {
+    auto& s = slots[d];
+    names.push_back(s.name);
+    auto it = o.settings.find(s.name);
+    s.settings = it != o.settings.end() ? it->second : SpeculatorSettings("", "draft." + s.name, {});
+    auto probe = make(d);  // validates the settings now rather than on the first request
+    s.buckets = probe->buckets();
+    s.cheap = probe->cheap();
+    check(s.buckets >= 1, "drafter '", s.name, "': buckets() must be at least 1, found ", s.buckets);
+    buckets.push_back(s.buckets * kCopyBins);
+  }
+  for (const auto& kv : o.settings)
+    check(std::find(names.begin(), names.end(), kv.first) != names.end(), "drafting: settings for '", kv.first,
+          "', which is not among the drafters in use");
+  std::vector<double> costs = o.verify_costs;
+  if (costs.empty()) {
+    costs = measure_verify_costs(model, o.staircut.max_k + 1, o.cost_context, o.cost_reps);
+    std::string t;
+    for (size_t m = 0; m < costs.size(); ++m) t += fmt::format(" {}:{:.3f}", m + 1, costs[m] / costs[0]);
+    spdlog::info("verify cost T_v(1) = {:.3f} ms; T_v(m)/T_v(1):{}", costs[0] * 1e3, t);
+  }
+  staircut = std::make_unique<StairCut>(buckets, VerifyCosts(costs), o.staircut);
+  for (const auto& s : slots) total.drafters.push_back({s.name});
+}
+
+Drafting::Drafting(Model& model, PluginRegistry& registry, const DraftOptions& o) : impl_(std::make_unique<Impl>(model)) {
+  for (const auto& n : o.drafters) {
+    check(std::count(o.drafters.begin(), o.drafters.end(), n) == 1, "drafting: drafter '", n, "' is named twice");
+    impl_->slots.push_back({n, registry.speculator(n, model.backend().device()), {}});
+  }
+  impl_->start(o);
+}
+
+Drafting::Drafting(Model& model, std::vector<NamedFactory> factories, const DraftOptions& o)
+    : impl_(std::make_unique<Impl>(model)) {
+  for (auto& f : factories) impl_->slots.push_back({f.first, f.second, {}});
+  impl_->start(o);
+}
+
+Drafting::~Drafting() = default;
+
+const DraftMetrics& Drafting::metrics() const { return impl_->total; }
+StairCut& Drafting::staircut() { return *impl_->staircut; }
+const std::vector<std::string>& Drafting::names() const { return impl_->names; }
+
+GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                  const std::function<bool(int32_t)>& on_token, DraftMetrics* out_metrics) {
+  check(!prompt.empty(), "generate: the prompt is empty");
+  check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
+        o.max_tokens, ") exceed the context window of ", o.context);
+  Impl& im = *impl_;
+  Model& model = im.model;
+  StairCut& sc = *im.staircut;
+  const int64_t V = model.desc().vocab;
+  const auto& eos = model.desc().eos_ids;
+  const bool greedy = o.sampling.temperature == 0.0f;
+  const size_t nd = im.slots.size();
+
+  DraftMetrics m;
+  for (const auto& s : im.slots) m.drafters.push_back({s.name});
+  m.tried_at.assign(size_t(sc.max_k()), 0);
+  m.accepted_at.assign(size_t(sc.max_k()), 0);
+  m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
+
+  GenerateResult r;
+  auto seq = model.new_sequence(o.context);
+  Rng rng(o.sampling.seed);
+  std::vector<float> logits;
+  std::vector<std::unique_ptr<Speculator>> specs;
+  for (size_t d = 0; d < nd; ++d) {
+    specs.push_back(im.make(d));
+    specs.back()->begin(prompt.data(), prompt.size());
+  }
+  sc.reset_request();
+  std::vector<int32_t> history = prompt;
+  std::vector<Pending> pending;
+  std::vector<int> copy_run(nd, 0);
+
+  bool stop = false;
+  std::vector<int32_t> fresh;  // tokens committed by the current step
+  auto emit = [&](int32_t tok) {
+    r.tokens.push_back(tok);
+    fresh.push_back(tok);
+    if (on_token && !on_token(tok)) stop = true;
+    else if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) stop = r.stopped_at_eos = true;
+    else if (int(r.tokens.size()) >= o.max_tokens) stop = true;
+  };
+  // The drafters see the new tokens; every open proposal is scored against them.
+  auto settle = [&]() {
+    for (size_t d = 0; d < nd; ++d) specs[d]->observe(fresh.data(), fresh.size());
+    history.insert(history.end(), fresh.begin(), fresh.end());
+    fresh.clear();
+    for (auto it = pending.begin(); it != pending.end();) {
+      bool dead = false;
+      while (it->judged < it->tokens.size() && it->start + it->judged < history.size()) {
+        bool ok = it->tokens[it->judged] == history[it->start + it->judged];
+        sc.record_acceptance(it->drafter, it->bucket, int(++it->judged), ok);
+        if (!ok) {
+          dead = true;
+          break;
+        }
+      }
+      if (dead) copy_run[size_t(it->drafter)] = 0;
+      else if (it->judged == it->tokens.size()) ++copy_run[size_t(it->drafter)];
+      it = dead || it->judged == it->tokens.size() ? pending.erase(it) : it + 1;
+    }
+  };
+
+  auto t0 = Clock::now();
+  model.forward(*seq, prompt, ForwardMode::Prefill, logits, false);
+  model.commit(*seq, int(prompt.size()));
+  auto t1 = Clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (o.max_tokens > 0) {
+    emit(model.backend().sample(logits.data(), V, o.sampling, rng));
+    settle();
+  } else {
+    stop = true;
+  }
+
+  std::vector<Draft> drafts(nd);
+  std::vector<Offer> offers;
+  std::vector<int32_t> block;
+  while (!stop) {
+    const int32_t anchor = r.tokens.back();
+    const int cap = int(std::min<int64_t>({sc.max_k(), o.max_tokens - int64_t(r.tokens.size()) - 1,
+                                           seq->capacity - seq->pos - 1}));
+    offers.clear();
+    double draft_seconds = 0;
+    for (size_t d = 0; d < nd && cap > 0; ++d) {
+      Draft& dr = drafts[d];
+      dr.clear();
+      if (!im.slots[d].cheap && !sc.wants(int(d), cap)) continue;
+      auto tp = Clock::now();
+      // Cheap drafters propose the longest chain so retro-scoring learns every position.
+      specs[d]->propose(im.slots[d].cheap ? sc.max_k() : cap, dr);
+      double dt = since(tp);
+      draft_seconds += dt;
+      sc.record_draft_time(int(d), dt);
+      m.drafters[d].propose_seconds += dt;
+      if (dr.tokens.empty()) continue;
+      const std::string& name = im.slots[d].name;
+      check(dr.q.empty() || dr.q.size() == dr.tokens.size(), "drafter '", name, "': ", dr.q.size(),
+            " q distributions for ", dr.tokens.size(), " tokens");
+      check(dr.bucket >= 0 && dr.bucket < im.slots[d].buckets, "drafter '", name, "': bucket ", dr.bucket,
+            " outside [0, ", im.slots[d].buckets, ")");
+      for (int32_t t : dr.tokens)
+        if (t < 0 || t >= V) fail("drafter '", name, "': proposed token ", t, " outside the vocabulary [0, ", V, ")");
+      if (int(dr.tokens.size()) > sc.max_k()) {
+        dr.tokens.resize(size_t(sc.max_k()));
+        if (!dr.q.empty()) dr.q.resize(size_t(sc.max_k()));
+      }
+      int bucket = dr.bucket * kCopyBins + copy_bin(copy_run[d]);
+      ++m.drafters[d].proposals;
+      offers.push_back({int(d), std::min(int(dr.tokens.size()), cap), bucket});
+      pending.push_back({int(d), bucket, history.size(), dr.tokens});
+    }
+    Pick pick = sc.pick(offers);
+    const int k = pick.k;
+    const Draft* chain = k > 0 ? &drafts[size_t(pick.drafter)] : nullptr;
+    block.assign(1, anchor);
+    if (chain) block.insert(block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
+
+    auto tv = Clock::now();
+    model.forward(*seq, block, ForwardMode::Verify, logits, k > 0);
+    int accepted = 0, tried = 0;
+    for (int i = 0; i <= k && !stop; ++i) {
+      const float* row = logits.data() + size_t(i) * size_t(V);
+      if (i == k) {  // the target's own token after the last accepted draft (the bonus row)
+        emit(model.backend().sample(row, V, o.sampling, rng));
+        break;
+      }
+      ++tried;
+      const int32_t d = chain->tokens[size_t(i)];
+      bool ok;
+      int32_t tok;
+      if (greedy || chain->q.empty()) {
+        // Speculative sampling with a one-hot q: accept d with probability p(d), else draw from
+        // p without d, renormalized — which is exactly "draw x ~ p, accept iff x = d, emit x". One
+        // draw per emitted token, as plain decoding makes, so a seed gives the plain text.
+        tok = model.backend().sample(row, V, o.sampling, rng);
+        ok = tok == d;
+      } else {
+        tok = speculative_accept(sampling_distribution(row, V, o.sampling), chain->q[size_t(i)], d, rng, ok);
+      }
+      emit(tok);
+      if (!ok) break;
+      ++accepted;
+    }
+    model.commit(*seq, accepted + 1);
+    const int committed = int(fresh.size());
+    sc.record_step(k + 1, since(tv), draft_seconds, committed);
+
+    ++m.steps;
+    ++m.k_histogram[size_t(k)];
+    if (k == 0) {
+      ++m.plain_steps;
+    } else {
+      auto& pd = m.drafters[size_t(pick.drafter)];
+      ++m.drafts, ++pd.drafts;
+      m.drafted_tokens += k, pd.drafted_tokens += k;
+      m.accepted_tokens += accepted, pd.accepted_tokens += accepted;
+      for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)];
+      for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)];
+    }
+    settle();
+  }
+  r.decode_seconds = since(t1);
+  m.generated_tokens = int64_t(r.tokens.size());
+  im.total.add(m);
+  if (out_metrics) *out_metrics = m;
+  return r;
+}
+
+void DraftMetrics::add(const DraftMetrics& o) {
+  steps += o.steps, plain_steps += o.plain_steps, drafts += o.drafts;
+  drafted_tokens += o.drafted_tokens, accepted_tokens += o.accepted_tokens, generated_tokens += o.generated_tokens;
+  auto sum = [](std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    if (a.size() < b.size()) a.resize(b.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+  };
+  sum(tried_at, o.tried_at), sum(accepted_at, o.accepted_at), sum(k_histogram, o.k_histogram);
+  for (const auto& d : o.drafters) {
+    auto it = std::find_if(drafters.begin(), drafters.end(), [&](const PerDrafter& x) { return x.name == d.name; });
+    if (it == drafters.end()) it = drafters.insert(drafters.end(), PerDrafter{d.name});
+    it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
+    it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
+  }
+}
+
+std::string DraftMetrics::summary() const {
+  std::string s = fmt::format("drafting: {} steps ({} plain, {} drafted), {} draft tokens, {} accepted ({:.1f} %), "
+                              "{:.2f} tokens per step\n",
+                              steps, plain_steps, drafts, drafted_tokens, accepted_tokens, 100.0 * acceptance(),
+                              tokens_per_step());
+  s += "acceptance by position:";
+  for (size_t j = 0; j < tried_at.size(); ++j)
+    if (tried_at[j]) s += fmt::format(" {}:{:.0f}%/{}", j + 1, 100.0 * double(accepted_at[j]) / double(tried_at[j]), tried_at[j]);
+  s += "\nchosen k:";
+  for (size_t k = 0; k < k_histogram.size(); ++k)
+    if (k_histogram[k]) s += fmt::format(" {}x{}", k, k_histogram[k]);
+  s += "\n";
+  for (const auto& d : drafters)
+    s += fmt::format("drafter {}: {} proposals, {} verified, {} draft tokens, {} accepted, {:.3f} ms proposing\n", d.name,
+                     d.proposals, d.drafts, d.drafted_tokens, d.accepted_tokens, d.propose_seconds * 1e3);
+  return s;
+}
+
+std::vector<std::string> parse_drafter_names(const std::string& list) {
+  if (list == "none") return {};
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t end = list.find(',', start);
+    std::string n = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    n.erase(0, n.find_first_not_of(" \t"));
+    n.erase(n.find_last_not_of(" \t") + 1);
+    check(!n.empty(), "drafter list '", list, "': empty name (expected NAME[,NAME...] or none)");
+    check(n != "none", "drafter list '", list, "': 'none' cannot be combined with drafters");
+    check(std::find(out.begin(), out.end(), n) == out.end(), "drafter list '", list, "': '", n, "' is named twice");
+    out.push_back(n);
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
+std::vector<double> measure_verify_costs(Model& model, int max_rows, int64_t context, int reps) {
+  check(max_rows >= 1 && reps >= 1 && context >= 1, "measure verify costs: max_rows, reps and context must be positive");
+  auto seq = model.new_sequence(context + max_rows);
+  const int64_t V = model.desc().vocab;
+  std::vector<int32_t> fill(static_cast<size_t>(context));
+  for (size_t i = 0; i < fill.size(); ++i) fill[i] = int32_t((i * 7919 + 17) % size_t(V));
+  std::vector<float> logits;
+  model.forward(*seq, fill, ForwardMode::Prefill, logits, false);
+  model.commit(*seq, int(fill.size()));
+  SamplingParams greedy;
+  Rng rng;
+  std::vector<double> out;
+  for (int m = 1; m <= max_rows; ++m) {
+    std::vector<int32_t> block(fill.end() - m, fill.end());
+    std::vector<double> t;
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms this shape up and is not counted
+      auto t0 = Clock::now();
+      model.forward(*seq, block, ForwardMode::Verify, logits, true);
+      for (int i = 0; i < m; ++i) model.backend().sample(logits.data() + size_t(i) * size_t(V), V, greedy, rng);
+      model.commit(*seq, 0);  // costs as a rejection; the replay of accepted rows is a small part of a step
+      if (rep > 0) t.push_back(since(t0));
+    }
+    std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
+    out.push_back(t[t.size() / 2]);
+  }
+  // Verifying more rows never costs less: fit a non-decreasing table (pool adjacent violators) so
+  // that timing noise cannot make a long chain look cheaper than a short one.
+  std::vector<std::pair<double, int>> blocks;  // (mean, count)
+  for (double x : out) {
+    blocks.push_back({x, 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].first > blocks.back().first) {
+      auto [m2, n2] = blocks.back();
+      blocks.pop_back();
+      auto& [m1, n1] = blocks.back();
+      m1 = (m1 * n1 + m2 * n2) / (n1 + n2);
+      n1 += n2;
+    }
+  }
+  out.clear();
+  for (auto [m, n] : blocks) out.insert(out.end(), size_t(n), m);
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,232 @@
+// Decode-GEMV bandwidth of the GGUF CUDA kernels against the device's copy bandwidth: the three
+// matrices that dominate NVIDIA's 2-bit Bolt file at one activation row (NVFP4 in_proj 18560×4096,
+// IQ2_XXS shared expert 5376×4096, Q8_0 lm_head 131072×4096), then a table of every block type and
+// the verify/gather shapes. A benchmark, not a test: run it on the GPU machine. Weights rotate over
+// enough copies to exceed the L2 several times; each time is the median of 7 runs of CUDA-graph
+// replays (launch gaps excluded) and, beside it, of plain stream launches.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/gguf/gguf_format_cuda.h"
+#include "gguf_cuda_test_util.h"
+#include "plugins/backend-cuda/cuda_backend.h"
+#include "plugins/backend-cuda/cuda_util.h"
+
+using namespace tandem;
+using namespace tandem::gguf;
+namespace gt = tandem::gguf::test;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cuda error %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Milliseconds per call of fn(i) (i rotates the weight copy), median of 7 timed runs of `calls`.
+template <class F>
+double time_stream(F fn, int calls) {
+  const cudaStream_t s = cudaStreamPerThread;
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  for (int i = 0; i < calls; ++i) fn(i);  // warm-up
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    ck(cudaEventRecord(a, s), "record");
+    for (int i = 0; i < calls; ++i) fn(i);
+    ck(cudaEventRecord(b, s), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(double(ms) / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// The same through one captured graph of `calls` launches; 0 when capture is refused.
+template <class F>
+double time_graph(F fn, int calls) {
+  const cudaStream_t s = cudaStreamPerThread;
+  cudaGraph_t graph;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  for (int i = 0; i < calls; ++i) fn(i);
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaGraphExec_t exec;
+  ck(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double ms = time_stream([&](int) { ck(cudaGraphLaunch(exec, s), "graph launch"); }, 1) / calls;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
+__global__ void read_kernel(const uint4* p, size_t n, unsigned* out) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads
+}
+
+struct Ceilings {
+  double copy_gbs = 0, read_gbs = 0;
+};
+
+Ceilings measure_ceilings() {
+  const size_t bytes = size_t(2) << 30;
+  void *a, *b;
+  unsigned* out;
+  ck(cudaMalloc(&a, bytes), "malloc");
+  ck(cudaMalloc(&b, bytes), "malloc");
+  ck(cudaMalloc(&out, 4), "malloc");
+  ck(cudaMemset(a, 1, bytes), "memset");
+  const cudaStream_t s = cudaStreamPerThread;
+  Ceilings c;
+  const double copy_ms = time_stream([&](int) { ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); }, 5);
+  c.copy_gbs = 2.0 * double(bytes) / (copy_ms * 1e6);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const double read_ms = time_stream(
+      [&](int) {
+        read_kernel<<<sms * 8, 512, 0, s>>>(static_cast<const uint4*>(a), bytes / 16, out);
+      },
+      5);
+  c.read_gbs = double(bytes) / (read_ms * 1e6);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(out);
+  return c;
+}
+
+struct Result {
+  double stream_ms, graph_ms, gbytes;
+};
+
+// y[n, m] = x · Wᵀ for a `type` weight [m, k], rotating over copies that exceed 256 MB together.
+Result bench_matmul(cuda::CudaBackend& be, const std::string& type, int64_t m, int64_t k, int64_t n) {
+  gt::Stored st = gt::make_stored(type, m, k, 1234);
+  const size_t bytes = st.bytes.size();
+  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
+  std::vector<std::unique_ptr<QuantizedTensor>> w;
+  for (int c = 0; c < copies; ++c) w.push_back(load_gguf_cuda(st.raw(), *find_type(type), nullptr, be));
+  gt::Dev x = gt::upload(be, tandem::test::random_vec(size_t(n * k), 5, -1.f, 1.f));
+  gt::Dev y = gt::poisoned(be, size_t(n * m));
+  auto call = [&](int i) {
+    w[size_t(i % copies)]->matmul(Tensor::f32(x.p(), n, k), Tensor::f32(y.p(), n, m));
+  };
+  const int calls = std::max(copies, 20);
+  Result r;
+  r.stream_ms = time_stream(call, calls);
+  r.graph_ms = time_graph(call, calls);
+  r.gbytes = double(bytes) / 1e9;
+  for (float v : gt::download(be, y))
+    if (std::isnan(v)) {
+      std::fprintf(stderr, "%s: unwritten output\n", type.c_str());
+      std::exit(3);
+    }
+  return r;
+}
+
+// The MoE up projection of one decode step: 1 token, `used` experts of [m, k] out of `experts`.
+Result bench_gather(cuda::CudaBackend& be, const std::string& type, int experts, int used, int64_t m, int64_t k,
+                    int64_t tokens) {
+  std::vector<uint8_t> stack = gt::random_weight(type, m * experts, k, 99);
+  const size_t per = stack.size() / size_t(experts);
+  std::vector<RawTensor> raws;
+  for (int e = 0; e < experts; ++e)
+    raws.push_back(RawTensor{"e" + std::to_string(e), type, {m, k}, stack.data() + size_t(e) * per, per, ""});
+  std::vector<const RawTensor*> ex, sc(size_t(experts), nullptr);
+  for (auto& r : raws) ex.push_back(&r);
+  auto set = load_gguf_experts_cuda(ex, sc, be);
+  const int rounds = 16;  // different experts each call, so the L2 holds none of them
+  std::vector<int32_t> ids;
+  for (int c = 0; c < rounds; ++c)
+    for (int64_t t = 0; t < tokens * used; ++t) ids.push_back(int32_t((c * 131 + t * 7) % experts));
+  auto dids = be.alloc(ids.size() * 4);
+  be.upload(dids->data(), ids.data(), ids.size() * 4);
+  gt::Dev x = gt::upload(be, tandem::test::random_vec(size_t(tokens * k), 5, -1.f, 1.f));
+  gt::Dev y = gt::poisoned(be, size_t(tokens * used * m));
+  auto call = [&](int i) {
+    set->gather_matmul(Tensor::f32(x.p(), tokens, k),
+                       static_cast<int32_t*>(dids->data()) + size_t(i % rounds) * size_t(tokens * used), used,
+                       Tensor::f32(y.p(), tokens * used, m));
+  };
+  Result r;
+  r.stream_ms = time_stream(call, 32);
+  r.graph_ms = time_graph(call, 32);
+  r.gbytes = double(per) * double(tokens * used) / 1e9;  // rows read (an expert picked twice counts twice)
+  return r;
+}
+
+void row(const char* what, const Result& r, const Ceilings& c) {
+  const double ms = r.graph_ms > 0 ? r.graph_ms : r.stream_ms;
+  const double gbs = r.gbytes / (ms * 1e-3);
+  std::printf("%-44s %9.2f MB  graph %8.2f us  stream %8.2f us  %7.0f GB/s  %5.1f%% of copy  %5.1f%% of read\n", what,
+              r.gbytes * 1e3, r.graph_ms * 1e3, r.stream_ms * 1e3, gbs, 100 * gbs / c.copy_gbs,
+              100 * gbs / c.read_gbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows survive a later abort
+  const bool all = !(argc > 1 && std::strcmp(argv[1], "--short") == 0);
+  cudaDeviceProp prop;
+  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  cuda::CudaBackend be;
+  const Ceilings c = measure_ceilings();
+  std::printf("ceilings: device-to-device copy %.0f GB/s (read + write), read-only kernel %.0f GB/s\n", c.copy_gbs,
+              c.read_gbs);
+  std::printf("-- decode GEMV, 1 activation row (PyTorch [out, in]; ggml ne {in, out}) --\n");
+  row("NVFP4   [18560, 4096] n=1 (ssm_in)", bench_matmul(be, "NVFP4", 18560, 4096, 1), c);
+  row("IQ2_XXS [5376, 4096]  n=1 (shared up)", bench_matmul(be, "IQ2_XXS", 5376, 4096, 1), c);
+  row("Q8_0    [131072, 4096] n=1 (lm_head)", bench_matmul(be, "Q8_0", 131072, 4096, 1), c);
+  if (!all) return 0;
+  row("NVFP4   [4096, 18560] n=1 (transposed)", bench_matmul(be, "NVFP4", 4096, 18560, 1), c);
+  row("IQ2_XXS [4096, 5376]  n=1 (shared down)", bench_matmul(be, "IQ2_XXS", 4096, 5376, 1), c);
+  std::printf("-- every block type, [16384, 4096], n=1 --\n");
+  for (const char* t : {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS",
+                        "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M", "NVFP4"}) {
+    const std::string name = std::string(t) + " [16384, 4096] n=1";
+    row(name.c_str(), bench_matmul(be, t, 16384, 4096, 1), c);
+  }
+  std::printf("-- verify and prefill (rows of x) --\n");
+  for (int64_t n : {4, 8, 16, 64}) {
+    for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0"}) {
+      const std::string name = std::string(t) + " [16384, 4096] n=" + std::to_string(n);
+      row(name.c_str(), bench_matmul(be, t, 16384, 4096, n), c);
+    }
+  }
+  std::printf("-- MoE gather: 22 of 512 experts (Bolt: latent 1024, expert width 2688) --\n");
+  row("IQ2_XXS gather, 1 token x 22 experts", bench_gather(be, "IQ2_XXS", 512, 22, 2688, 1024, 1), c);
+  row("IQ2_XXS gather, 16 tokens x 22 experts", bench_gather(be, "IQ2_XXS", 512, 22, 2688, 1024, 16), c);
+  row("IQ2_XXS gather [1024, 2560], 1 x 22", bench_gather(be, "IQ2_XXS", 512, 22, 1024, 2560, 1), c);
+  row("NVFP4 gather [2688, 1024], 1 x 22", bench_gather(be, "NVFP4", 512, 22, 2688, 1024, 1), c);
+  return 0;
+}

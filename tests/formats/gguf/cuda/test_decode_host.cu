@@ -1,0 +1,67 @@
+// The CUDA decoders (formats/gguf/kquants_cuda.cuh, iquants_cuda.cuh) run on the host, their few
+// intrinsics emulated, against the CPU kernels: every value that dequantize and get_rows write, bit
+// for bit, for every block type with CUDA kernels, on fresh random valid blocks. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "formats/gguf/iquants_cuda.cuh"
+#include "formats/gguf/kquants_cuda.cuh"
+#include "gguf_cuda_test_util.h"
+
+namespace tandem::gguf::test {
+namespace {
+
+namespace grids {
+#include "formats/gguf/iq_tables.inc"
+}
+
+template <class Q>
+void expect_decoder_matches_cpu(const char* type, const void* grid) {
+  using namespace kcuda;
+  std::vector<unsigned char> tables(size_t(table_bytes<Q>()) + 16);
+  const Tables t = fill_tables<Q>(tables.data(), grid, 0, 1);
+  const QuantType& qt = *find_type(type);
+  uint64_t seed = 31;
+  for (int64_t k : {int64_t(Q::kElems) * 3, int64_t(1024 + 5 * Q::kElems)}) {
+    const int64_t rows = 7;
+    std::vector<uint8_t> bytes = random_weight(type, rows, k, seed++);
+    bytes.resize(bytes.size() + 64, 0);  // the slack device buffers keep
+    const int64_t rb = row_bytes(qt, k);
+    std::vector<float> want(size_t(rows * k)), got(size_t(rows * k), NAN);
+    for (int64_t r = 0; r < rows; ++r) qt.dequantize(bytes.data() + r * rb, want.data() + r * k, k);
+    constexpr int UPB = Q::kElems / 32;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < k / 32; ++u) {
+        const typename Q::Unit un = Q::load(bytes.data() + r * rb + (u / UPB) * Q::kBytes, int(u % UPB));
+        rows_half<Q, 0>(un, t, 1.0f, got.data() + r * k + u * 32);
+        rows_half<Q, 1>(un, t, 1.0f, got.data() + r * k + u * 32);
+      }
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::memcmp(&want[i], &got[i], 4) != 0 && bad++ < 5)
+        ADD_FAILURE() << type << " k " << k << " element " << i << ": cpu " << want[i] << ", cuda decoder " << got[i];
+    EXPECT_EQ(bad, 0u) << type << " k " << k;
+  }
+}
+
+TEST(GgufCudaDecoders, EqualTheCpuKernelsBitForBit) {
+  using namespace kcuda;
+  expect_decoder_matches_cpu<DecQ8_0>("Q8_0", nullptr);
+  expect_decoder_matches_cpu<DecQ4_K>("Q4_K", nullptr);
+  expect_decoder_matches_cpu<DecQ5_K>("Q5_K", nullptr);
+  expect_decoder_matches_cpu<DecQ6_K>("Q6_K", nullptr);
+  expect_decoder_matches_cpu<DecIQ4_NL>("IQ4_NL", nullptr);
+  expect_decoder_matches_cpu<DecIQ4_XS>("IQ4_XS", nullptr);
+  expect_decoder_matches_cpu<DecNVFP4>("NVFP4", nullptr);
+  expect_decoder_matches_cpu<DecIQ2_XXS>("IQ2_XXS", grids::iq2xxs_grid);
+  expect_decoder_matches_cpu<DecIQ2_XS>("IQ2_XS", grids::iq2xs_grid);
+  expect_decoder_matches_cpu<DecIQ2_S>("IQ2_S", grids::iq2s_grid);
+  expect_decoder_matches_cpu<DecIQ3_XXS>("IQ3_XXS", grids::iq3xxs_grid);
+  expect_decoder_matches_cpu<DecIQ3_S>("IQ3_S", grids::iq3s_grid);
+  expect_decoder_matches_cpu<DecIQ1_M>("IQ1_M", grids::iq1s_grid);
+}
+
+}  // namespace
+}  // namespace tandem::gguf::test

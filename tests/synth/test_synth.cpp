@@ -1,0 +1,308 @@
+// tools/synth: the shapes' counts against spec/nemotron_h.md § 13, the GGUF that `tandem synth` writes
+// for tiny (names, types and keys as the mix specifies, read back with the GGUF reader), the in-memory
+// checkpoint against that file, and tiny models in both mixes loading and running on the CPU.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "formats/gguf/gguf_checkpoint.h"
+#include "formats/gguf/gguf_file.h"
+#include "synth_checkpoint.h"
+#include "synth_model.h"
+#include "synth_plan.h"
+#include "synth_write.h"
+#include "tandem/model.h"
+#include "tandem/registry.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace tandem;
+using namespace tandem::synth;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> n{0};
+    path_ = fs::temp_directory_path() / ("tandem-synth-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+PluginRegistry& registry() {
+  static PluginRegistry reg;
+  static bool loaded = false;
+  if (!loaded) reg.load_directory(test::plugin_dir()), loaded = true;
+  return reg;
+}
+
+// Runs a prompt and one decode step; every logit finite and not all alike.
+void expect_runs(Model& m) {
+  const int V = m.desc().vocab;
+  auto seq = m.new_sequence(64);
+  std::vector<float> logits;
+  const std::vector<int32_t> prompt = {1, 1200, 1300, 57, 2000, 11, 1500};
+  m.forward(*seq, prompt, ForwardMode::Prefill, logits, true);
+  ASSERT_EQ(logits.size(), prompt.size() * size_t(V));
+  m.commit(*seq, int(prompt.size()));
+  std::vector<float> step;
+  m.forward(*seq, {42}, ForwardMode::Verify, step, false);
+  ASSERT_EQ(step.size(), size_t(V));
+  logits.insert(logits.end(), step.begin(), step.end());
+  double sum = 0, sq = 0;
+  for (float v : logits) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum += v, sq += double(v) * v;
+  }
+  const double mean = sum / double(logits.size()), sd = std::sqrt(sq / double(logits.size()) - mean * mean);
+  EXPECT_GT(sd, 1e-3) << "logits are (nearly) constant";
+  EXPECT_LT(sd, 1e3) << "activations blew up";
+}
+
+std::vector<int64_t> ne_of(const gguf::TensorInfo& t) { return t.ne; }
+
+}  // namespace
+
+TEST(SynthShapes, BoltTableAndTotalsMatchTheSpec) {
+  const ModelDesc d = model_shape("bolt");
+  ASSERT_EQ(d.layers.size(), 88u);
+  int64_t sum_e = 0, sum_w = 0, sum_ew = 0;
+  int moe = 0;
+  for (const LayerDesc& l : d.layers)
+    if (l.kind == LayerKind::MoE) {
+      ++moe;
+      sum_e += l.moe.n_experts, sum_w += l.moe.width, sum_ew += int64_t(l.moe.n_experts) * l.moe.width;
+      EXPECT_EQ(l.moe.top_k, 9);
+      EXPECT_EQ(l.moe.width % 256, 0);
+    }
+  EXPECT_EQ(moe, 40);
+  EXPECT_EQ(sum_e, 13824);
+  EXPECT_EQ(sum_w, 91392);
+  EXPECT_EQ(sum_ew, 32264192);
+  EXPECT_EQ(d.layers[1].moe.n_experts, 240);   // m = 0
+  EXPECT_EQ(d.layers[45].moe.width, 2560);     // m = 20
+  EXPECT_EQ(d.layers[87].moe.n_experts, 256);  // m = 39
+
+  // Counted from the plan's weights and tensors, not written anywhere.
+  const Plan p = make_plan(d, Mix::GgufIq2);
+  EXPECT_EQ(p.totals.params, 73975611904);
+  EXPECT_EQ(p.totals.routed, 66077065216);
+  EXPECT_EQ(p.totals.active, 9046213120);
+  EXPECT_EQ(p.totals.decode_bytes, 4821477952u);  // § 13.4 (b)
+}
+
+TEST(SynthShapes, OtherShapes) {
+  const Plan nano = make_plan(model_shape("nano"), Mix::Bf16);
+  EXPECT_EQ(nano.desc.pattern().size(), 52u);
+  EXPECT_NEAR(double(nano.totals.params) * 1e-9, 31.58, 0.005);
+  EXPECT_NEAR(double(nano.totals.active) * 1e-9, 3.23, 0.005);
+  EXPECT_EQ(nano.totals.bytes, size_t(nano.totals.params) * 2 + 23 * 128 * 2);  // BF16, F32 correction biases
+  const Plan super = make_plan(model_shape("super"), Mix::GgufIq2);
+  EXPECT_EQ(super.desc.pattern().size(), 88u);
+  EXPECT_NEAR(double(super.totals.params) * 1e-9, 120.669, 0.0005);
+  EXPECT_NEAR(double(super.totals.active) * 1e-9, 12.23, 0.005);
+  const ModelDesc uniform = model_shape("bolt", true);
+  for (const LayerDesc& l : uniform.layers)
+    if (l.kind == LayerKind::MoE) EXPECT_TRUE(l.moe.n_experts == 346 && l.moe.width == 2304);
+  EXPECT_TRUE(moe_uniform(uniform));
+  EXPECT_FALSE(moe_uniform(model_shape("bolt")));
+  EXPECT_THROW(model_shape("huge"), Error);
+  EXPECT_THROW(parse_mix("q4"), Error);
+}
+
+TEST(SynthShapes, ConfigJsonReadsBack) {
+  for (bool uniform : {false, true}) {
+    const ModelDesc d = model_shape("bolt", uniform);
+    const ModelDesc back = parse_model_config(config_json(d), "synth");
+    EXPECT_EQ(back.model_type, uniform ? "nemotron_h" : "nemotron_h_puzzle");
+    ASSERT_EQ(back.pattern(), d.pattern());
+    for (size_t i = 0; i < d.layers.size(); ++i) {
+      const LayerDesc &x = back.layers[i], &y = d.layers[i];
+      if (y.kind == LayerKind::MoE)
+        EXPECT_TRUE(x.moe.n_experts == y.moe.n_experts && x.moe.width == y.moe.width && x.moe.top_k == y.moe.top_k &&
+                    x.moe.latent == y.moe.latent && x.moe.shared_width == y.moe.shared_width &&
+                    x.moe.scaling == y.moe.scaling)
+            << "layer " << i;
+      if (y.kind == LayerKind::Mamba)
+        EXPECT_TRUE(x.mamba.n_heads == y.mamba.n_heads && x.mamba.head_dim == y.mamba.head_dim &&
+                    x.mamba.n_groups == y.mamba.n_groups && x.mamba.state_size == y.mamba.state_size)
+            << "layer " << i;
+      if (y.kind == LayerKind::Attention)
+        EXPECT_TRUE(x.attn.n_heads == y.attn.n_heads && x.attn.n_kv_heads == y.attn.n_kv_heads &&
+                    x.attn.head_dim == y.attn.head_dim)
+            << "layer " << i;
+    }
+  }
+}
+
+// The 2-bit mix of spec/formats.md § 4.1, for tiny: every name, type and shape, written out here.
+TEST(SynthGguf, TinyFileHasTheMixTypesNamesAndKeys) {
+  TempDir dir;
+  const Plan plan = make_plan(model_shape("tiny"), Mix::GgufIq2);
+  write_gguf(plan, dir.file("tiny.gguf"), 7);
+  auto f = gguf::GgufFile::open(dir.file("tiny.gguf"));
+
+  using Ne = std::vector<int64_t>;
+  std::map<std::string, std::pair<std::string, Ne>> want = {
+      {"token_embd.weight", {"Q8_0", {512, 2048}}},
+      {"output_norm.weight", {"F32", {512}}},
+      {"output.weight", {"Q8_0", {512, 2048}}},
+  };
+  const char* pattern = "MEM*EME";
+  const int experts[] = {8, 12, 16}, widths[] = {256, 512, 256};
+  int m = 0;
+  for (int i = 0; pattern[i]; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    want[b + "attn_norm.weight"] = {"F32", {512}};
+    if (pattern[i] == 'M') {
+      want[b + "ssm_in.weight"] = {"NVFP4", {512, 1160}};
+      want[b + "ssm_in.scale"] = {"F32", {1}};
+      want[b + "ssm_conv1d.weight"] = {"F32", {4, 640}};
+      want[b + "ssm_conv1d.bias"] = {"F32", {640}};
+      want[b + "ssm_dt.bias"] = {"F32", {8}};
+      want[b + "ssm_a"] = {"F32", {1, 8}};
+      want[b + "ssm_d"] = {"F32", {1, 8}};
+      want[b + "ssm_norm.weight"] = {"F32", {256, 2}};
+      want[b + "ssm_out.weight"] = {"NVFP4", {512, 512}};
+      want[b + "ssm_out.scale"] = {"F32", {1}};
+    } else if (pattern[i] == '*') {
+      want[b + "attn_q.weight"] = {"Q8_0", {512, 512}};
+      want[b + "attn_k.weight"] = {"Q8_0", {512, 128}};
+      want[b + "attn_v.weight"] = {"Q8_0", {512, 128}};
+      want[b + "attn_output.weight"] = {"Q8_0", {512, 512}};
+    } else {
+      const int64_t e = experts[m], w = widths[m];
+      ++m;
+      want[b + "ffn_gate_inp.weight"] = {"F32", {512, e}};
+      want[b + "exp_probs_b.bias"] = {"F32", {e}};
+      want[b + "ffn_latent_down.weight"] = {"Q8_0", {512, 256}};
+      want[b + "ffn_latent_up.weight"] = {"Q8_0", {256, 512}};
+      want[b + "ffn_up_exps.weight"] = {"IQ2_XXS", {256, w, e}};
+      want[b + "ffn_down_exps.weight"] = {"IQ2_XXS", {w, 256, e}};
+      want[b + "ffn_up_shexp.weight"] = {"IQ2_XXS", {512, 512}};
+      want[b + "ffn_down_shexp.weight"] = {"IQ2_XXS", {512, 512}};
+    }
+  }
+  std::map<std::string, std::pair<std::string, Ne>> got;
+  for (const gguf::TensorInfo& t : f->tensors()) got[t.name] = {t.type->name, ne_of(t)};
+  EXPECT_EQ(got, want);
+
+  const std::string a = "nemotron_h_moe.";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : f->metadata().entries()) keys.insert(k);
+  std::set<std::string> want_keys = {"general.architecture", "general.name", "general.file_type",
+                                     "general.quantization_version", "general.alignment"};
+  for (const char* k : {"vocab_size", "context_length", "embedding_length", "block_count", "feed_forward_length",
+                        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                        "attention.value_length", "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon",
+                        "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
+                        "expert_count", "expert_used_count", "expert_feed_forward_length",
+                        "expert_shared_feed_forward_length", "expert_shared_count", "expert_weights_norm",
+                        "expert_weights_scale", "expert_group_count", "expert_group_used_count", "moe_latent_size"})
+    want_keys.insert(a + k);
+  for (const char* k : {"model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id",
+                        "unknown_token_id", "padding_token_id", "add_bos_token"})
+    want_keys.insert(std::string("tokenizer.ggml.") + k);
+  EXPECT_EQ(keys, want_keys);
+
+  const gguf::Metadata& md = f->metadata();
+  EXPECT_EQ(md.require<std::string>("general.architecture"), "nemotron_h_moe");
+  EXPECT_EQ(md.require<uint32_t>(a + "block_count"), 7u);
+  EXPECT_EQ(md.require<uint32_t>(a + "ssm.time_step_rank"), 8u);  // Mamba heads
+  EXPECT_EQ(md.require<uint32_t>(a + "moe_latent_size"), 256u);
+  // Per-layer expert counts and widths as arrays (0 off the MoE layers), in the converter's INT32.
+  const std::vector<int32_t> e_want = {0, 8, 0, 0, 12, 0, 16}, w_want = {0, 256, 0, 0, 512, 0, 256},
+                             kv_want = {0, 0, 0, 2, 0, 0, 0};
+  EXPECT_EQ(md.find(a + "expert_count")->elem, gguf::ValueType::I32);
+  EXPECT_EQ(*md.get_array<int32_t>(a + "expert_count"), e_want);
+  EXPECT_EQ(*md.get_array<int32_t>(a + "expert_feed_forward_length"), w_want);
+  EXPECT_EQ(*md.get_array<int32_t>(a + "feed_forward_length"), w_want);
+  EXPECT_EQ(*md.get_array<int32_t>(a + "attention.head_count_kv"), kv_want);
+  EXPECT_EQ(md.find("tokenizer.ggml.tokens")->size(), 2048u);
+
+  // --uniform: scalar keys, as llama.cpp's loader reads them.
+  write_gguf(make_plan(model_shape("tiny", true), Mix::GgufIq2), dir.file("uniform.gguf"), 7);
+  auto u = gguf::GgufFile::open(dir.file("uniform.gguf"));
+  EXPECT_FALSE(u->metadata().find(a + "expert_count")->is_array());
+  EXPECT_EQ(u->metadata().require<uint32_t>(a + "expert_count"), 12u);
+  EXPECT_EQ(u->metadata().require<uint32_t>(a + "expert_feed_forward_length"), 256u);
+}
+
+// The in-memory checkpoint shows the loader what the GGUF reader shows it for the written file.
+TEST(SynthGguf, InMemoryCheckpointMatchesTheFile) {
+  TempDir dir;
+  const Plan plan = make_plan(model_shape("tiny"), Mix::GgufIq2);
+  write_gguf(plan, dir.file("tiny.gguf"), 3);
+  auto file = gguf::open_checkpoint(dir.file("tiny.gguf"));
+  SynthCheckpoint mem(plan, 3, "synth:tiny/gguf-iq2");
+  std::map<std::string, std::tuple<std::string, std::vector<int64_t>, size_t>> a, b;
+  for (const RawTensor& t : file->tensors()) a[t.name] = {t.dtype, t.shape, t.nbytes};
+  for (const RawTensor& t : mem.tensors()) b[t.name] = {t.dtype, t.shape, t.nbytes};
+  EXPECT_EQ(a, b);
+  const ModelDesc da = parse_model_config(file->config_json(), "file"), db = parse_model_config(mem.config_json(), "mem");
+  EXPECT_EQ(da.model_type, db.model_type);
+  EXPECT_EQ(da.pattern(), db.pattern());
+  EXPECT_EQ(da.eos_ids, db.eos_ids);
+  for (size_t i = 0; i < da.layers.size(); ++i) {
+    const MoEDesc &x = da.layers[i].moe, &y = db.layers[i].moe;
+    EXPECT_TRUE(x.n_experts == y.n_experts && x.width == y.width && x.top_k == y.top_k && x.latent == y.latent &&
+                x.shared_width == y.shared_width && x.scaling == y.scaling && x.norm_topk_prob == y.norm_topk_prob)
+        << "layer " << i;
+  }
+  EXPECT_LT(mem.host_bytes(), plan.totals.bytes + (size_t(64) << 20));
+}
+
+TEST(SynthRun, TinyGgufFromFileAndFromMemory) {
+  TempDir dir;
+  const Plan plan = make_plan(model_shape("tiny"), Mix::GgufIq2);
+  write_gguf(plan, dir.file("tiny.gguf"), 1);
+  LoadOptions o;
+  o.path = dir.file("tiny.gguf");
+  auto from_file = Model::load(o, registry());
+  expect_runs(*from_file);
+  auto from_memory = Model::load(std::make_unique<SynthCheckpoint>(plan, 1, "synth:tiny/gguf-iq2"), "synth", LoadOptions{},
+                                 registry());
+  expect_runs(*from_memory);
+  // The model counts what its loaded tensors read; NVFP4's 4-byte scales ride along uncounted.
+  size_t scales = 0;
+  for (const StoredTensor& t : plan.tensors) scales += t.scale ? t.nbytes : 0;
+  EXPECT_EQ(from_file->decode_bytes() + scales, plan.totals.decode_bytes);
+  EXPECT_EQ(from_memory->decode_bytes(), from_file->decode_bytes());
+}
+
+TEST(SynthRun, TinyBf16FolderFromFileAndFromMemory) {
+  TempDir dir;
+  const Plan plan = make_plan(model_shape("tiny"), Mix::Bf16);
+  write_hf_folder(plan, dir.file("tiny"), 2, size_t(4) << 20);  // small shards: several files and an index
+  EXPECT_TRUE(fs::exists(dir.file("tiny/config.json")));
+  EXPECT_TRUE(fs::exists(dir.file("tiny/model.safetensors.index.json")));
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(dir.file("tiny"))) shards += e.path().extension() == ".safetensors";
+  EXPECT_GT(shards, 2);
+  LoadOptions o;
+  o.path = dir.file("tiny");
+  auto from_file = Model::load(o, registry());
+  EXPECT_EQ(from_file->desc().model_type, "nemotron_h_puzzle");
+  expect_runs(*from_file);
+  EXPECT_EQ(from_file->decode_bytes(), plan.totals.decode_bytes);
+  EXPECT_EQ(from_file->weight_bytes(), plan.totals.bytes);
+  auto from_memory =
+      Model::load(std::make_unique<SynthCheckpoint>(plan, 2, "synth:tiny/bf16"), "synth", LoadOptions{}, registry());
+  expect_runs(*from_memory);
+  EXPECT_EQ(from_memory->decode_bytes(), plan.totals.decode_bytes);
+}

@@ -1,0 +1,151 @@
+// `tandem synth` and `tandem bench` as a user runs them: bench of the synthetic tiny model on the CPU
+// runs end to end and writes JSON with every field; synth writes a file that bench then reads.
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out, err;
+};
+
+CliRun run(const std::string& args) {
+  const fs::path err = fs::temp_directory_path() / ("tandem_synth_err_" + std::to_string(::getpid()));
+  const std::string bin = tandem::test::env_or("TANDEM_TEST_BINARY_DIR", TANDEM_BINARY_DIR) + "/bin/tandem ";
+  FILE* p = popen((bin + args + " 2>" + err.string()).c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  std::ifstream ef(err);
+  std::stringstream es;
+  es << ef.rdbuf();
+  fs::remove(err);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, es.str()};
+}
+
+std::string temp(const std::string& name) {
+  return (fs::temp_directory_path() / ("tandem_synth_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+rapidjson::Document read_json(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  rapidjson::Document d;
+  d.Parse(ss.str().c_str());
+  return d;
+}
+
+// Every field bench promises, with plausible values.
+void expect_report(const rapidjson::Document& d, bool synthetic) {
+  ASSERT_TRUE(d.IsObject());
+  for (const char* k : {"command", "date", "commit", "model", "format", "device", "pattern"})
+    EXPECT_TRUE(d.HasMember(k) && d[k].IsString()) << k;
+  for (const char* k : {"parameters", "active_parameters", "weight_bytes", "synth_host_bytes", "peak_memory_bytes"})
+    EXPECT_TRUE(d.HasMember(k) && d[k].IsUint64()) << k;
+  for (const char* k : {"synth_seconds", "load_seconds", "copy_bandwidth_bytes_per_s"})
+    EXPECT_TRUE(d.HasMember(k) && d[k].IsNumber()) << k;
+  EXPECT_EQ(std::string(d["device"].GetString()), "cpu");
+  EXPECT_GT(d["weight_bytes"].GetUint64(), 0u);
+  EXPECT_GT(d["copy_bandwidth_bytes_per_s"].GetDouble(), 0.0);
+  EXPECT_GT(d["peak_memory_bytes"].GetUint64(), 0u);
+
+  const auto& b = d["bytes_per_token"];
+  ASSERT_TRUE(b.IsObject());
+  EXPECT_GT(b["model"].GetUint64(), 0u);
+  EXPECT_LT(b["model"].GetUint64(), d["weight_bytes"].GetUint64());
+  if (synthetic) EXPECT_GT(b["plan"].GetUint64(), 0u);
+  EXPECT_TRUE(b.HasMember("spec") && b.HasMember("plan_matches_spec"));
+
+  const auto& dec = d["decode"];
+  for (const char* k : {"prompt_tokens", "tokens", "context"}) EXPECT_TRUE(dec[k].IsUint64()) << k;
+  for (const char* k : {"seconds", "tokens_per_s", "roofline_tokens_per_s", "roofline_fraction"})
+    EXPECT_TRUE(dec[k].IsNumber()) << k;
+  EXPECT_GT(dec["tokens_per_s"].GetDouble(), 0.0);
+  EXPECT_GT(dec["roofline_tokens_per_s"].GetDouble(), 0.0);
+
+  ASSERT_TRUE(d["verify"].IsArray());
+  ASSERT_EQ(d["verify"].Size(), 3u);
+  for (rapidjson::SizeType i = 0; i < 3; ++i) {
+    const auto& v = d["verify"][i];
+    EXPECT_EQ(v["k"].GetUint64(), i + 1);
+    EXPECT_GT(v["seconds"].GetDouble(), 0.0);
+    EXPECT_TRUE(v["relative_to_k1"].IsNumber() && v["relative_to_decode_step"].IsNumber());
+  }
+  EXPECT_DOUBLE_EQ(d["verify"][0]["relative_to_k1"].GetDouble(), 1.0);
+
+  EXPECT_EQ(d["prefill_chunk"].GetUint64(), 16u);
+  ASSERT_TRUE(d["prefill"].IsArray());
+  ASSERT_EQ(d["prefill"].Size(), 2u);
+  EXPECT_EQ(d["prefill"][0]["tokens"].GetUint64(), 16u);
+  EXPECT_GT(d["prefill"][0]["tokens_per_s"].GetDouble(), 0.0);
+
+  const auto& prof = d["layer_profile"];
+  EXPECT_EQ(prof["steps"].GetUint64(), 4u);
+  ASSERT_TRUE(prof["kinds"].IsArray());
+  std::set<std::string> kinds;
+  for (const auto& k : prof["kinds"].GetArray()) {
+    kinds.insert(k["kind"].GetString());
+    EXPECT_TRUE(k["layers"].IsUint64() && k["ms_per_token"].IsNumber() && k["weight_bytes_per_token"].IsUint64() &&
+                k["bytes_per_s"].IsNumber());
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"embedding", "mamba", "attention", "moe", "head", "logits+host"}));
+}
+
+const char* kQuick = "--device cpu --threads 2 --context 256 --prompt-tokens 8 --decode-tokens 8 --verify-max 3 "
+                     "--verify-reps 1 --prefill 16,32 --prefill-chunk 16 --profile-layers --profile-steps 4";
+
+}  // namespace
+
+TEST(BenchCli, SyntheticTinyWritesEveryField) {
+  const std::string json = temp("bench.json");
+  for (const char* mix : {"gguf-iq2", "bf16"}) {
+    CliRun r = run(std::string("bench --synth tiny --mix ") + mix + " " + kQuick + " --json " + json);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("roofline"), std::string::npos) << r.out;
+    rapidjson::Document d = read_json(json);
+    expect_report(d, true);
+    EXPECT_EQ(std::string(d["model"].GetString()), std::string("synth:tiny/") + mix);
+    EXPECT_GT(d["synth_host_bytes"].GetUint64(), 0u);
+  }
+  fs::remove(json);
+}
+
+TEST(BenchCli, SynthWritesAFileThatBenchReads) {
+  const std::string gguf = temp("tiny.gguf"), json = temp("file.json");
+  CliRun w = run("synth --shape tiny --mix gguf-iq2 --out " + gguf + " --seed 5");
+  ASSERT_EQ(w.status, 0) << w.err;
+  CliRun r = run("bench --model " + gguf + " " + kQuick + " --json " + json);
+  ASSERT_EQ(r.status, 0) << r.err;
+  rapidjson::Document d = read_json(json);
+  expect_report(d, false);
+  EXPECT_EQ(d["synth_host_bytes"].GetUint64(), 0u);
+  fs::remove(gguf);
+  fs::remove(json);
+}
+
+TEST(BenchCli, BadArgumentsAreOneLineErrors) {
+  for (const char* args : {"bench --device cpu", "bench --synth tiny --model x", "bench --synth huge",
+                           "bench --synth tiny --mix q4", "synth --shape tiny --out x", "bench --synth tiny --prefill 5,x"}) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}

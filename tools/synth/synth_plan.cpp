@@ -1,0 +1,236 @@
+// Weights of a Nemotron-H model in HF and GGUF form (spec/nemotron_h.md § 9.2, § 10.3), the tensors
+// of a weight mix, and their counts.
+#include "synth_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "formats/gguf/gguf_metadata.h"
+#include "tandem/error.h"
+
+namespace tandem::synth {
+namespace {
+
+// ggml type ids (spec/formats.md § 2.4).
+constexpr int kF32 = 0, kF16 = 1, kQ8_0 = 8, kIQ2_XXS = 16, kIQ4_NL = 20, kNVFP4 = 40;
+
+// The 2-bit mix's type for a weight, with llama-quantize's fallbacks for rows a block type cannot hold.
+int gguf_type(Role role, int64_t row_len) {
+  auto fits = [&](int id) { return row_len % gguf::ggml_type_info(id)->block_elems == 0; };
+  auto first_fit = [&](std::initializer_list<int> ids) {
+    for (int id : ids)
+      if (fits(id)) return id;
+    return kF16;
+  };
+  switch (role) {
+    case Role::Routed:
+    case Role::Shared: return first_fit({kIQ2_XXS, kIQ4_NL, kQ8_0});
+    case Role::MambaProj: return first_fit({kNVFP4, kQ8_0});
+    case Role::Embedding:
+    case Role::Head:
+    case Role::Attention:
+    case Role::Latent:
+    case Role::Mlp: return first_fit({kQ8_0});
+    case Role::Norm:
+    case Role::MambaVector:
+    case Role::Router:
+    case Role::RouterBias: return kF32;
+  }
+  return kF32;
+}
+
+class Planner {
+ public:
+  explicit Planner(const ModelDesc& d) : d_(d) {}
+
+  std::vector<Weight> weights() {
+    const int64_t H = d_.hidden, V = d_.vocab;
+    add(Role::Embedding, Init::Embedding, -1, "backbone.embeddings.weight", {V, H}, "token_embd.weight");
+    for (size_t i = 0; i < d_.layers.size(); ++i) layer(int(i));
+    add(Role::Norm, Init::Ones, -1, "backbone.norm_f.weight", {H}, "output_norm.weight");
+    if (!d_.tie_embeddings) add(Role::Head, Init::Linear, -1, "lm_head.weight", {V, H}, "output.weight");
+    return std::move(w_);
+  }
+
+ private:
+  // A weight whose GGUF ne is its HF shape reversed and whose reader view is its HF name and shape.
+  Weight& add(Role role, Init init, int layer, std::string hf, std::vector<int64_t> shape, std::string gguf) {
+    Weight w;
+    w.role = role, w.init = init, w.layer = layer;
+    w.hf_name = w.view_name = std::move(hf);
+    w.hf_shape = w.view_shape = shape;
+    w.gguf_name = std::move(gguf);
+    w.ne.assign(shape.rbegin(), shape.rend());
+    w.fan_in = w.ne[0];
+    w.stddev = init == Init::Linear ? 1.0 / std::sqrt(double(w.fan_in)) : init == Init::Embedding ? 1.0 : 0.0;
+    w_.push_back(std::move(w));
+    return w_.back();
+  }
+
+  void layer(int i) {
+    const LayerDesc& l = d_.layers[size_t(i)];
+    const int64_t H = d_.hidden;
+    const std::string p = "backbone.layers." + std::to_string(i) + ".", m = p + "mixer.",
+                      g = "blk." + std::to_string(i) + ".";
+    add(Role::Norm, Init::Ones, i, p + "norm.weight", {H}, g + "attn_norm.weight");
+    switch (l.kind) {
+      case LayerKind::Mamba: {
+        const MambaDesc& s = l.mamba;
+        const int64_t d_in = s.d_inner(), C = s.conv_dim(), K = s.conv_kernel, nh = s.n_heads;
+        add(Role::MambaProj, Init::Linear, i, m + "in_proj.weight", {s.in_proj_rows(), H}, g + "ssm_in.weight");
+        Weight& conv = add(Role::MambaVector, Init::Conv, i, m + "conv1d.weight", {C, 1, K}, g + "ssm_conv1d.weight");
+        conv.ne = {K, C}, conv.fan_in = K, conv.view_shape = {C, K};
+        conv.stddev = 1.0 / std::sqrt(3.0 * double(K));  // uniform ±1/√K
+        if (s.conv_bias) {
+          Weight& b = add(Role::MambaVector, Init::Conv, i, m + "conv1d.bias", {C}, g + "ssm_conv1d.bias");
+          b.stddev = conv.stddev;
+        }
+        add(Role::MambaVector, Init::DtBias, i, m + "dt_bias", {nh}, g + "ssm_dt.bias");
+        Weight& a = add(Role::MambaVector, Init::ALog, i, m + "A_log", {nh}, g + "ssm_a");
+        a.ne = {1, nh}, a.fan_in = 1, a.view_name = m + "A";
+        Weight& dd = add(Role::MambaVector, Init::Ones, i, m + "D", {nh}, g + "ssm_d");
+        dd.ne = {1, nh}, dd.fan_in = 1;
+        Weight& n = add(Role::MambaVector, Init::Ones, i, m + "norm.weight", {d_in}, g + "ssm_norm.weight");
+        n.ne = {d_in / s.n_groups, s.n_groups}, n.fan_in = n.ne[0];
+        add(Role::MambaProj, Init::Linear, i, m + "out_proj.weight", {H, d_in}, g + "ssm_out.weight");
+        break;
+      }
+      case LayerKind::Attention: {
+        const AttentionDesc& a = l.attn;
+        const int64_t q = int64_t(a.n_heads) * a.head_dim, kv = int64_t(a.n_kv_heads) * a.head_dim;
+        add(Role::Attention, Init::Linear, i, m + "q_proj.weight", {q, H}, g + "attn_q.weight");
+        add(Role::Attention, Init::Linear, i, m + "k_proj.weight", {kv, H}, g + "attn_k.weight");
+        add(Role::Attention, Init::Linear, i, m + "v_proj.weight", {kv, H}, g + "attn_v.weight");
+        add(Role::Attention, Init::Linear, i, m + "o_proj.weight", {H, q}, g + "attn_output.weight");
+        break;
+      }
+      case LayerKind::MoE: {
+        const MoEDesc& e = l.moe;
+        add(Role::Router, Init::Linear, i, m + "gate.weight", {e.n_experts, H}, g + "ffn_gate_inp.weight");
+        add(Role::RouterBias, Init::Zeros, i, m + "gate.e_score_correction_bias", {e.n_experts}, g + "exp_probs_b.bias");
+        int64_t in = H;
+        if (e.latent > 0) {
+          in = e.latent;
+          add(Role::Latent, Init::Linear, i, m + "fc1_latent_proj.weight", {in, H}, g + "ffn_latent_down.weight");
+          add(Role::Latent, Init::Linear, i, m + "fc2_latent_proj.weight", {H, in}, g + "ffn_latent_up.weight");
+        }
+        for (auto [name, gguf, out, cols] : {std::tuple{"up_proj", "ffn_up_exps.weight", int64_t(e.width), in},
+                                             std::tuple{"down_proj", "ffn_down_exps.weight", in, int64_t(e.width)}}) {
+          Weight& x = add(Role::Routed, Init::Linear, i, m + "experts.{e}." + name + ".weight", {out, cols}, g + gguf);
+          x.n_experts = e.n_experts;
+          x.ne.push_back(e.n_experts);
+        }
+        if (e.shared_width > 0) {
+          const int64_t sh = e.shared_width;
+          add(Role::Shared, Init::Linear, i, m + "shared_experts.up_proj.weight", {sh, H}, g + "ffn_up_shexp.weight");
+          add(Role::Shared, Init::Linear, i, m + "shared_experts.down_proj.weight", {H, sh}, g + "ffn_down_shexp.weight");
+        }
+        break;
+      }
+      case LayerKind::MLP: {
+        const int64_t w = l.mlp.width;
+        add(Role::Mlp, Init::Linear, i, m + "up_proj.weight", {w, H}, g + "ffn_up.weight");
+        add(Role::Mlp, Init::Linear, i, m + "down_proj.weight", {H, w}, g + "ffn_down.weight");
+        break;
+      }
+    }
+  }
+
+  const ModelDesc& d_;
+  std::vector<Weight> w_;
+};
+
+StoredTensor stored(std::string name, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int weight) {
+  const gguf::GgmlTypeInfo* t = gguf::ggml_type_info(dtype);
+  check(t != nullptr, "synth: unknown type ", dtype);
+  StoredTensor s;
+  s.name = std::move(name);
+  s.dtype = dtype;
+  s.ggml_type = t->id;
+  s.shape = std::move(shape);
+  int64_t numel = 1;
+  for (int64_t d : s.shape) numel *= d;
+  check(row_len > 0 && row_len % t->block_elems == 0, "synth: tensor '", s.name, "': rows of ", row_len,
+        " elements are not whole ", dtype, " blocks of ", t->block_elems);
+  s.row_len = row_len;
+  s.rows = numel / row_len;
+  s.row_bytes = size_t(row_len / t->block_elems) * size_t(t->block_bytes);
+  s.nbytes = size_t(s.rows) * s.row_bytes;
+  s.weight = weight;
+  return s;
+}
+
+}  // namespace
+
+Mix parse_mix(const std::string& name) {
+  if (name == "gguf-iq2") return Mix::GgufIq2;
+  if (name == "bf16") return Mix::Bf16;
+  fail("synth: unknown mix '", name, "' (expected gguf-iq2 or bf16)");
+}
+
+const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : "bf16"; }
+
+int64_t Weight::numel() const {
+  int64_t n = 1;
+  for (int64_t d : hf_shape) n *= d;
+  return n * (n_experts > 0 ? n_experts : 1);
+}
+
+std::string Weight::expert_name(const std::string& pattern, int e) const {
+  const size_t at = pattern.find("{e}");
+  return at == std::string::npos ? pattern : pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 3);
+}
+
+Plan make_plan(const ModelDesc& desc, Mix mix) {
+  Plan p;
+  p.desc = desc;
+  p.mix = mix;
+  p.weights = Planner(desc).weights();
+  for (size_t wi = 0; wi < p.weights.size(); ++wi) {
+    const Weight& w = p.weights[wi];
+    if (mix == Mix::GgufIq2) {
+      const std::string type = gguf::ggml_type_info(gguf_type(w.role, w.fan_in))->name;
+      p.tensors.push_back(stored(w.gguf_name, type, w.ne, w.fan_in, int(wi)));
+      if (type == "NVFP4") {
+        const std::string base = w.gguf_name.substr(0, w.gguf_name.size() - std::string(".weight").size());
+        p.tensors.push_back(stored(base + ".scale", "F32", {1}, 1, int(wi)));
+        p.tensors.back().scale = true;
+      }
+    } else {
+      const std::string type = w.role == Role::RouterBias ? "F32" : "BF16";
+      for (int e = 0; e < std::max(w.n_experts, 1); ++e) {
+        p.tensors.push_back(stored(w.expert_name(w.hf_name, e), type, w.hf_shape, w.hf_shape.back(), int(wi)));
+        if (w.n_experts > 0) p.tensors.back().expert = e;
+      }
+    }
+  }
+
+  Totals& t = p.totals;
+  for (const Weight& w : p.weights) {
+    t.params += w.numel();
+    if (w.role == Role::Routed) {
+      t.routed += w.numel();
+      t.active += w.numel() / w.n_experts * desc.layers[size_t(w.layer)].moe.top_k;
+    } else if (w.role != Role::Embedding) {
+      t.active += w.numel();
+    }
+  }
+  for (const StoredTensor& s : p.tensors) {
+    const Weight& w = p.weights[size_t(s.weight)];
+    t.bytes += s.nbytes;
+    if (s.scale || (w.role != Role::Routed && w.role != Role::Embedding)) {
+      t.decode_bytes += s.nbytes;
+    } else if (w.role == Role::Routed) {
+      // One stacked tensor of E experts (GGUF), or one tensor per expert (safetensors).
+      const int k = desc.layers[size_t(w.layer)].moe.top_k;
+      t.decode_bytes += s.expert < 0 ? s.nbytes / size_t(w.n_experts) * size_t(k) : 0;
+      if (s.expert >= 0 && s.expert < k) t.decode_bytes += s.nbytes;
+    } else {  // the embedding: one row, or all of it when it is the lm_head too
+      t.decode_bytes += desc.tie_embeddings ? s.nbytes + s.row_bytes : s.row_bytes;
+    }
+  }
+  return p;
+}
+
+}  // namespace tandem::synth

@@ -1,0 +1,93 @@
+// What a synthetic model holds: every weight in its HF and GGUF forms, the container tensors of a
+// weight mix (NVIDIA's 2-bit GGUF type mix, or BF16 safetensors), and the counts that follow from
+// them: parameters, bytes, and bytes read per decoded token (spec/nemotron_h.md § 13.3–13.4).
+// Owner: a Plan owns its weights and tensors (tensors refer to weights by index). Thread: any.
+// Sync: none.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/model_config.h"
+
+namespace tandem::synth {
+
+// gguf-iq2: routed and shared experts IQ2_XXS, Mamba in/out NVFP4 with a per-tensor `.scale`,
+// attention, latent projections, lm_head and embedding Q8_0, router, norms and Mamba vectors F32
+// (spec/formats.md § 4.1). A row length a type cannot hold falls back as llama-quantize does (IQ2_XXS →
+// IQ4_NL, NVFP4 → Q8_0, Q8_0 → F16). bf16: an HF folder, every tensor BF16 except the router's
+// correction bias (F32).
+enum class Mix { GgufIq2, Bf16 };
+Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16"; errors list the names
+const char* mix_name(Mix mix);
+
+// What a weight is for: decides its type in a mix and which weights a decode step reads.
+enum class Role { Embedding, Head, Norm, MambaProj, MambaVector, Attention, Latent, Router, RouterBias, Routed, Shared, Mlp };
+// How its values are drawn (HF's initializers, with linears scaled to unit gain).
+enum class Init {
+  Linear,     // uniform, std 1/√fan_in
+  Embedding,  // uniform, std 1
+  Ones,
+  Zeros,
+  ALog,       // log U(1, 16) (HF A_log)
+  A,          // −U(1, 16) (GGUF ssm_a = −exp(A_log))
+  DtBias,     // softplus⁻¹ of dt = exp(U(log 0.001, log 0.1))
+  Conv,       // uniform ±1/√K, conv weights and bias
+};
+
+struct Weight {
+  Role role;
+  Init init;
+  int layer = -1;                 // -1: embedding, final norm, lm_head
+  std::string hf_name;            // HF name; routed experts hold "{e}" where the expert index goes
+  std::vector<int64_t> hf_shape;  // PyTorch order, one expert for routed experts
+  std::string gguf_name;          // llama.cpp name
+  std::vector<int64_t> ne;        // ggml order, stacked experts {in, out, E}
+  std::string view_name;          // the name GGUF readers give it (HF, with A for ssm_a), "{e}" as above
+  std::vector<int64_t> view_shape;  // the shape they give it (size-1 dims of vectors dropped)
+  int n_experts = 0;              // routed experts: E; else 0
+  int64_t fan_in = 0;             // row length (ggml ne[0])
+  double stddev = 0;              // Linear, Embedding, Conv: the values' standard deviation
+
+  int64_t numel() const;          // all experts
+  std::string expert_name(const std::string& pattern, int e) const;  // "{e}" → e
+};
+
+// One tensor of the container: a GGUF tensor (experts stacked), or an HF safetensors tensor (one per
+// expert), or an NVFP4 `.scale` sidecar.
+struct StoredTensor {
+  std::string name;            // as stored
+  std::string dtype;           // "IQ2_XXS", "NVFP4", "Q8_0", "F32", "BF16", …
+  int ggml_type = -1;          // GGUF mix
+  std::vector<int64_t> shape;  // as stored: ggml ne (GGUF) or PyTorch (safetensors)
+  int64_t row_len = 0;         // elements per row (the contiguous dimension)
+  int64_t rows = 0;
+  size_t row_bytes = 0;
+  size_t nbytes = 0;
+  int weight = -1;             // index into Plan::weights
+  int expert = -1;             // safetensors: which routed expert
+  bool scale = false;          // the NVFP4 per-tensor scale of `weight`
+};
+
+struct Totals {
+  int64_t params = 0;          // every weight (HF form; scale sidecars are not parameters)
+  int64_t routed = 0;          // routed-expert parameters
+  int64_t active = 0;          // read per token: all but routed and embedding, plus top_k experts
+  size_t bytes = 0;            // the container's tensor bytes
+  size_t decode_bytes = 0;     // read per decoded token: all but routed experts and embedding, plus
+                               // top_k experts per MoE layer and one embedding row
+};
+
+struct Plan {
+  ModelDesc desc;
+  Mix mix;
+  std::vector<Weight> weights;
+  std::vector<StoredTensor> tensors;
+  Totals totals;
+};
+
+// Every weight of `desc` and the tensors of `mix`. Errors name the shape a mix cannot hold.
+Plan make_plan(const ModelDesc& desc, Mix mix);
+
+}  // namespace tandem::synth

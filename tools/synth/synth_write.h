@@ -1,0 +1,31 @@
+// Writing synthetic models to disk, streamed: a GGUF file in llama.cpp's names, keys and types
+// (gguf-iq2), or an HF folder (bf16: config.json, model-0000i-of-0000n.safetensors shards and
+// model.safetensors.index.json). Tensor bytes are made in chunks as they are written, so memory stays
+// at a chunk per thread whatever the model's size. Every tensor gets its own random numbers.
+// Owner: the caller owns the plan. Thread: one caller (generation fans out over the core's worker
+// threads). Sync: files are complete when the call returns.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "formats/gguf/gguf_metadata.h"
+#include "synth_plan.h"
+
+namespace tandem::synth {
+
+// Called with (bytes written, bytes in all) now and then.
+using Progress = std::function<void(size_t, size_t)>;
+
+// The GGUF metadata of a gguf-iq2 plan: general.*, nemotron_h_moe.* (per-layer expert counts and
+// widths as arrays when the MoE layers differ, scalars when they do not) and tokenizer.* (a
+// byte-level BPE vocabulary of the model's size: 1000 special tokens, the 256 bytes, then fillers).
+gguf::Metadata gguf_metadata(const Plan& plan, const std::string& name);
+
+void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const Progress& progress = {});
+
+// Shards hold at most `shard_bytes` of tensor data (HF's default is 5 GB); a bigger tensor gets one alone.
+void write_hf_folder(const Plan& plan, const std::string& dir, uint64_t seed, size_t shard_bytes = 5000000000,
+                     const Progress& progress = {});
+
+}  // namespace tandem::synth
