@@ -213,7 +213,8 @@ class GgufCudaTensor final : public QuantizedTensor {
 
 class GgufCudaExperts final : public ExpertSet {
  public:
-  GgufCudaExperts(const std::vector<const RawTensor*>& experts, const std::vector<const RawTensor*>& scales, Backend& be) {
+  GgufCudaExperts(const std::vector<const RawTensor*>& experts, const std::vector<const RawTensor*>& scales,
+                  Backend& be) {
     check(!experts.empty() && scales.size() == experts.size(), "gguf (cuda): an expert set needs at least one expert");
     const RawTensor& first = *experts[0];
     name_ = first.name;

@@ -1,10 +1,9 @@
 // CUDA decoders of the GGUF i-quants (spec/formats.md § 3.8–3.13), the twins of iquants_cpu.cpp:
 // IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M. Each 32-element unit is four groups of 8 that share
 // a grid entry (a u64 of 8 bytes, or two u32 of 4) and a sign byte or shift; the grid is copied to
-// shared memory once per block, and grid bytes become floats through the exponent trick (signs applied to biased bytes first, four at a
-// time). The values
-// scale·q equal the CPU decoder's bit for bit (every product there is exact). Interface:
-// kernels_cuda.cuh.
+// shared memory once per block, and grid bytes become floats through the exponent trick (the signs
+// applied to biased bytes first, four at a time). The values scale·q equal the CPU decoder's bit for
+// bit (every product there is exact). Interface: kernels_cuda.cuh.
 #pragma once
 #include "kernels_cuda.cuh"
 

@@ -4,17 +4,17 @@
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued on the
 // stream; nothing here synchronizes.
 //
-// A decoder Q describes one block type:
-//   kElems, kBytes        block geometry (spec/formats.md § 2.4); every block holds 32·kUnits elements
-//   kExact                true: `half` yields the weights themselves (scale ignored); false: weight =
-//                         scale·q, with one scale per group of 8
-//   kGridBytes, kSigns,   the lookup grid copied from global to shared memory; kSigns (7 or 8): a
-//   kLut                  table of byte selectors for the group's signs (grid8_signed); kLut: the 16 values of
-//                         a 4-bit code as floats (1 = IQ4, 2 = FP4), 16 words in 16 banks, so a
-//                         warp's lookups never conflict
-//   Unit, load(block, unit)             the raw fields of one 32-element unit, in registers
-//   half<P>(unit, tables, q[16], s[2])  groups 2 of the unit's 4 groups of 8: q[8g+j] and s[g] for
-//                                       the elements off(P, g) + j
+// A decoder Q describes one block type; a block is kElems / 32 units of 32 elements:
+//   kElems, kBytes    block geometry (spec/formats.md § 2.4)
+//   kExact            true: `half` yields the weights themselves; false: weight = scale·q, one scale
+//                     per group of 8
+//   kGridBytes        the lookup grid, copied from global to shared memory once per block
+//   kSigns            7 or 8: a table of byte selectors for a group's sign pattern (grid8_signed)
+//   kLut              the 16 values of a 4-bit code as floats (1 = IQ4, 2 = FP4, which also gets the
+//                     256 UE4M3 scales): 16 words in 16 banks, so a warp's lookups never conflict
+//   Unit, load(block, unit)             the raw fields of one unit, in registers
+//   half<P>(unit, tables, q[16], s[2])  two of the unit's four groups: q[8g+j] and s[g] for the
+//                                       elements off(P, g) + j, g = 0, 1
 // The weight decode must reproduce the CPU decoder's arithmetic operation for operation (dequantize
 // is compared bit for bit); the module builds with --fmad=false, so nothing contracts behind it.
 #pragma once
@@ -143,8 +143,8 @@ TANDEM_HD void grid8_signed(uint32_t lo, uint32_t hi, uint32_t sel, float* q) {
   q[4] = byte_s<0>(b), q[5] = byte_s<1>(b), q[6] = byte_s<2>(b), q[7] = byte_s<3>(b);
 }
 
-// The 8 4-bit codes of w through the 16-entry table: q[j] from the low nibble of byte j, q[8+j]
-// from its high nibble (the nibbles shifted to byte offsets four at a time).
+// The 8 4-bit codes of w through the 16-entry table: q[j] from the low nibble of byte j, q[8+j] from
+// its high nibble, j < 4 (the nibbles shifted to byte offsets four at a time).
 TANDEM_HD void nibbles8(uint32_t w, const float* lut, float* q) {
   const uint32_t lo = (w << 2) & 0x3C3C3C3Cu, hi = (w >> 2) & 0x3C3C3C3Cu;
   q[0] = atf(lut, prmt(lo, 0, 0x4440)), q[1] = atf(lut, prmt(lo, 0, 0x4441));
@@ -274,8 +274,9 @@ template <class Q>
 __host__ __device__ constexpr int stage_bytes() {
   return int((chunk_bytes<Q>() + 32 + 15) / 16 * 16);
 }
-// Rows per warp and stages: more rows share each activation load; more stages keep more bytes in
-// flight. Both shrink for wide blocks to bound shared memory.
+// Rows per warp: at one activation row four weight rows share each activation load; with more rows
+// two keep the accumulators in registers. Stages: three keep more bytes in flight, two for wide
+// blocks to bound shared memory.
 template <class Q, int NR>
 __host__ __device__ constexpr int rows_per_warp() {
   return NR == 1 ? 4 : 2;
@@ -414,7 +415,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
       // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
       // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
       const int c0 = int(xbeg / kChunkElems), c1 = int((xbeg + xlen + kChunkElems - 1) / kChunkElems);
-      auto misalign = [&](int i, int c) { return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15); };
+      auto misalign = [&](int i, int c) {
+        return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
+      };
       auto issue = [&](int c, int slot) {
         const int64_t b0 = int64_t(c) * CB;
         const int len = int(min(CB, row_bytes - b0));

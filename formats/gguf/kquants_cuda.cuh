@@ -176,7 +176,8 @@ struct DecIQ4_XS : NibbleSplit16 {
     const uint32_t sl = ld8(b + 4 + ib / 2);
     const int ls = int((sl >> (4 * (ib % 2))) & 0xF) | int(((head >> 16 >> (2 * ib)) & 3) << 4);
     u.dl = f16_bits(head & 0xFFFF) * float(ls - 32);
-    const uint2 a = *reinterpret_cast<const uint2*>(b + 8 + 16 * ib), c = *reinterpret_cast<const uint2*>(b + 16 + 16 * ib);
+    const uint2 a = *reinterpret_cast<const uint2*>(b + 8 + 16 * ib);
+    const uint2 c = *reinterpret_cast<const uint2*>(b + 16 + 16 * ib);
     u.w[0] = a.x, u.w[1] = a.y, u.w[2] = c.x, u.w[3] = c.y;
     return u;
   }

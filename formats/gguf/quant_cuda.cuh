@@ -53,8 +53,9 @@ struct CudaQuantOps {
 
 // The block types with CUDA kernels here (F32/F16/BF16 run on the dense safetensors kernels). The
 // same list generates one instance file per type (formats/gguf/CMakeLists.txt).
-#define TANDEM_GGUF_CUDA_TYPES(X) \
-  X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(NVFP4) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) X(IQ3_XXS) X(IQ3_S) X(IQ1_M)
+#define TANDEM_GGUF_CUDA_TYPES(X)                                                       \
+  X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_NL) X(IQ4_XS) X(NVFP4) X(IQ2_XXS) X(IQ2_XS) X(IQ2_S) \
+  X(IQ3_XXS) X(IQ3_S) X(IQ1_M)
 
 #define TANDEM_GGUF_CUDA_DECLARE(T) const CudaQuantOps& cuda_ops_##T();
 TANDEM_GGUF_CUDA_TYPES(TANDEM_GGUF_CUDA_DECLARE)

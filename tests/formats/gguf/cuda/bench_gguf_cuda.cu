@@ -103,7 +103,8 @@ Ceilings measure_ceilings() {
   ck(cudaMemset(a, 1, bytes), "memset");
   const cudaStream_t s = cudaStreamPerThread;
   Ceilings c;
-  const double copy_ms = time_stream([&](int) { ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); }, 5);
+  const double copy_ms =
+      time_stream([&](int) { ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); }, 5);
   c.copy_gbs = 2.0 * double(bytes) / (copy_ms * 1e6);
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);

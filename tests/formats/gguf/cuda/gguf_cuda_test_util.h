@@ -62,7 +62,8 @@ inline std::vector<uint8_t> random_weight(const std::string& type, int64_t rows,
     return bytes;
   }
   for (auto& b : bytes) b = uint8_t(g());
-  for (size_t at = 0; at < bytes.size(); at += size_t(t->block_bytes)) set_block_scales(type, bytes.data() + at, g, d_mag);
+  for (size_t at = 0; at < bytes.size(); at += size_t(t->block_bytes))
+    set_block_scales(type, bytes.data() + at, g, d_mag);
   return bytes;
 }
 
