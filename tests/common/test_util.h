@@ -1,13 +1,61 @@
 // Helpers shared by tests: fixture paths, deterministic random data, float64 comparisons.
 #pragma once
 #include <cmath>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "tandem/error.h"
+
 namespace tandem::test {
+
+// A fresh folder under the system temp dir, removed with its contents at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "tandem") {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Asserts that fn throws a one-line tandem::Error whose message holds every part.
+inline void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const tandem::Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected tandem::Error, got: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected tandem::Error, nothing was thrown";
+}
+
 
 // TANDEM_TEST_DATA_DIR / TANDEM_TEST_BINARY_DIR override the configured paths, so that a build tree
 // copied to another machine (the GPU box) runs its tests from the copy.

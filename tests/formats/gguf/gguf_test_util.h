@@ -22,47 +22,14 @@
 
 namespace tandem::gguf::test {
 
-// A fresh folder under the system temp dir, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("tandem-gguf-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tandem::test::TempDir;
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
 }
 
-// Asserts that fn throws a one-line tandem::Error whose message holds every part.
-inline void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const tandem::Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tandem::Error, got: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected tandem::Error, nothing was thrown";
-}
+using tandem::test::expect_error;
 
 // GGUF bytes written field by field from the format description, independent of the writer.
 class ByteBuilder {

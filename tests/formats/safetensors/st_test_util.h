@@ -16,29 +16,11 @@
 
 #include "tandem/backend.h"
 #include "tandem/error.h"
+#include "test_util.h"
 
 namespace tandem::safetensors::test {
 
-// A fresh folder under the system temp dir, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("tandem-st-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tandem::test::TempDir;
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
@@ -60,21 +42,7 @@ inline std::string raw_file(const std::string& json, size_t data_bytes) {
   return u64_le(json.size()) + json + std::string(data_bytes, '\x11');
 }
 
-// Asserts that fn throws a one-line tandem::Error whose message holds every part.
-inline void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const tandem::Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tandem::Error, got: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected tandem::Error, nothing was thrown";
-}
+using tandem::test::expect_error;
 
 // Independent decoding from the format definitions (spec/formats.md §3.1).
 inline double ref_bf16(uint16_t h) {
