@@ -79,18 +79,22 @@ class GroupLoader {
     return *fmt;
   }
 
-  std::unique_ptr<QuantizedTensor> load(const std::string& name) {
+  std::unique_ptr<QuantizedTensor> load(const std::string& name, const std::vector<int64_t>& shape) {
     TensorGroup g = group(name);
+    g.shape = shape;
     auto t = claim(g).load(g, be_);
     bytes_ += t->bytes();
     return t;
   }
 
   // Experts as one set from the format that claims the first expert, or per-expert loads.
-  std::unique_ptr<ExpertSet> load_experts(const std::vector<std::string>& names,
+  std::unique_ptr<ExpertSet> load_experts(const std::vector<std::string>& names, const std::vector<int64_t>& shape,
                                           const std::function<void(const QuantizedTensor&, const std::string&)>& check_shape) {
     std::vector<TensorGroup> groups;
-    for (const auto& n : names) groups.push_back(group(n));
+    for (const auto& n : names) {
+      groups.push_back(group(n));
+      groups.back().shape = shape;
+    }
     if (auto set = claim(groups[0]).load_experts(groups, be_)) {
       bytes_ += set->bytes();
       expert_bytes_ += set->bytes();
@@ -122,7 +126,7 @@ class LayerWeights : public WeightLoader {
   bool has(const std::string& name) const override { return g_.has(full_name(name)); }
   std::string full_name(const std::string& name) const override { return prefix_ + name; }
   std::unique_ptr<QuantizedTensor> tensor(const std::string& name, const std::vector<int64_t>& shape) override {
-    auto t = g_.load(full_name(name));
+    auto t = g_.load(full_name(name), shape);
     check(t->shape() == shape, "tensor '", full_name(name), "': expected shape ", shape_str(shape), ", found ",
           shape_str(t->shape()));
     return t;
@@ -134,14 +138,14 @@ class LayerWeights : public WeightLoader {
     auto check_shape = [&](const QuantizedTensor& t, const std::string& name) {
       check(t.shape() == shape, "tensor '", name, "': expected shape ", shape_str(shape), ", found ", shape_str(t.shape()));
     };
-    auto set = g_.load_experts(full, check_shape);
+    auto set = g_.load_experts(full, shape, check_shape);
     check(set->n_experts() == int(names.size()) && set->rows() == shape[0] && set->cols() == shape[1], "experts '",
           full[0], "' …: expected ", names.size(), " × ", shape_str(shape), ", found ", set->n_experts(), " × [",
           set->rows(), ", ", set->cols(), "]");
     return set;
   }
   std::vector<float> vector(const std::string& name, const std::vector<int64_t>& shape) override {
-    auto t = g_.load(full_name(name));
+    auto t = g_.load(full_name(name), shape);
     check(squeeze(t->shape()) == squeeze(shape), "tensor '", full_name(name), "': expected shape ", shape_str(shape),
           ", found ", shape_str(t->shape()));
     int64_t n = 1;
@@ -240,7 +244,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   im.norm_f = upload(be, top.vector("norm_f", {d.hidden}));
   if (d.tie_embeddings || !loader.has("lm_head")) {
     check(d.tie_embeddings, im.checkpoint->path(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
-    im.lm_head = loader.load(root + "embeddings");
+    im.lm_head = loader.load(root + "embeddings", {d.vocab, d.hidden});
   } else {
     LayerWeights head(loader, "");
     im.lm_head = head.tensor("lm_head", {d.vocab, d.hidden});

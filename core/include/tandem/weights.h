@@ -55,8 +55,12 @@ class Checkpoint {
 struct TensorGroup {
   std::string prefix;
   std::vector<const RawTensor*> members;
+  // The shape the model expects (PyTorch order, [out, in] for a linear), or empty when the caller does
+  // not know. A format whose storage pads dimensions (EXL3 pads both sides to multiples of 128) uses
+  // it to trim; the loader still checks the loaded shape.
   const RawTensor* member(const std::string& suffix) const;  // "weight" → prefix.weight; "" → exact
   std::string describe() const;  // "prefix {weight: BF16 [64, 32], …}"
+  std::vector<int64_t> shape;
 };
 
 // A weight loaded for one device. Shapes are PyTorch order: [out, in] for a linear, [n] for a vector.
