@@ -105,51 +105,29 @@ const DraftMetrics& Drafting::metrics() const { return impl_->total; }
 StairCut& Drafting::staircut() { return *impl_->staircut; }
 const std::vector<std::string>& Drafting::names() const { return impl_->names; }
 
-GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
-                                  const std::function<bool(int32_t)>& on_token, DraftMetrics* out_metrics) {
-  check(!prompt.empty(), "generate: the prompt is empty");
-  check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
-        o.max_tokens, ") exceed the context window of ", o.context);
-  Impl& im = *impl_;
-  Model& model = im.model;
-  StairCut& sc = *im.staircut;
-  const int64_t V = model.desc().vocab;
-  const auto& eos = model.desc().eos_ids;
-  const bool greedy = o.sampling.temperature == 0.0f;
-  const size_t nd = im.slots.size();
-
+struct DraftedRequest::State {
+  Drafting::Impl& im;
+  Sequence& seq;
+  const SamplingParams sampling;
+  Rng& rng;
   DraftMetrics m;
-  for (const auto& s : im.slots) m.drafters.push_back({s.name});
-  m.tried_at.assign(size_t(sc.max_k()), 0);
-  m.accepted_at.assign(size_t(sc.max_k()), 0);
-  m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
-
-  GenerateResult r;
-  auto seq = model.new_sequence(o.context);
-  Rng rng(o.sampling.seed);
-  std::vector<float> logits;
   std::vector<std::unique_ptr<Speculator>> specs;
-  for (size_t d = 0; d < nd; ++d) {
-    specs.push_back(im.make(d));
-    specs.back()->begin(prompt.data(), prompt.size());
-  }
-  sc.reset_request();
-  std::vector<int32_t> history = prompt;
+  std::vector<int32_t> history;  // prompt + committed output
+  std::vector<int32_t> fresh;    // tokens committed by the current step
   std::vector<Pending> pending;
-  std::vector<int> copy_run(nd, 0);
+  std::vector<int> copy_run;
+  std::vector<Draft> drafts;
+  std::vector<Offer> offers;
+  std::vector<int32_t> block;
+  std::vector<float> logits;
+  bool ended = false;
 
-  bool stop = false;
-  std::vector<int32_t> fresh;  // tokens committed by the current step
-  auto emit = [&](int32_t tok) {
-    r.tokens.push_back(tok);
-    fresh.push_back(tok);
-    if (on_token && !on_token(tok)) stop = true;
-    else if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) stop = r.stopped_at_eos = true;
-    else if (int(r.tokens.size()) >= o.max_tokens) stop = true;
-  };
+  State(Drafting::Impl& i, Sequence& s, const SamplingParams& p, Rng& r) : im(i), seq(s), sampling(p), rng(r) {}
+
   // The drafters see the new tokens; every open proposal is scored against them.
-  auto settle = [&]() {
-    for (size_t d = 0; d < nd; ++d) specs[d]->observe(fresh.data(), fresh.size());
+  void settle() {
+    StairCut& sc = *im.staircut;
+    for (auto& sp : specs) sp->observe(fresh.data(), fresh.size());
     history.insert(history.end(), fresh.begin(), fresh.end());
     fresh.clear();
     for (auto it = pending.begin(); it != pending.end();) {
@@ -166,6 +144,158 @@ GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const Gene
       else if (it->judged == it->tokens.size()) ++copy_run[size_t(it->drafter)];
       it = dead || it->judged == it->tokens.size() ? pending.erase(it) : it + 1;
     }
+  }
+};
+
+DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+                               const SamplingParams& sampling, Rng& rng)
+    : st_(std::make_unique<State>(*drafting.impl_, seq, sampling, rng)) {
+  State& s = *st_;
+  StairCut& sc = *s.im.staircut;
+  const size_t nd = s.im.slots.size();
+  s.m.tried_at.assign(size_t(sc.max_k()), 0);
+  s.m.accepted_at.assign(size_t(sc.max_k()), 0);
+  s.m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
+  for (const auto& d : s.im.slots)
+    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram});
+  s.m.generated_tokens = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    s.specs.push_back(s.im.make(d));
+    s.specs.back()->begin(prompt.data(), prompt.size());
+  }
+  sc.reset_request();
+  s.history = prompt;
+  s.copy_run.assign(nd, 0);
+  s.drafts.resize(nd);
+  s.fresh.push_back(first);
+  s.settle();
+}
+
+DraftedRequest::~DraftedRequest() { st_->im.total.add(st_->m); }
+
+const DraftMetrics& DraftedRequest::metrics() const { return st_->m; }
+
+bool DraftedRequest::step(int max_tokens, const DraftHooks& hooks) {
+  State& s = *st_;
+  check(!s.ended, "drafted request: step() after the request ended");
+  check(max_tokens >= 1, "drafted request: step() needs max_tokens ≥ 1, found ", max_tokens);
+  Drafting::Impl& im = s.im;
+  Model& model = im.model;
+  StairCut& sc = *im.staircut;
+  DraftMetrics& m = s.m;
+  const int64_t V = model.desc().vocab;
+  const bool greedy = s.sampling.temperature == 0.0f;
+  const size_t nd = im.slots.size();
+
+  const int32_t anchor = s.history.back();
+  const int cap = int(std::min<int64_t>({sc.max_k(), max_tokens - 1, s.seq.capacity - s.seq.pos - 1}));
+  s.offers.clear();
+  double draft_seconds = 0;
+  for (size_t d = 0; d < nd && cap > 0; ++d) {
+    Draft& dr = s.drafts[d];
+    dr.clear();
+    if (!im.slots[d].cheap && !sc.wants(int(d), cap)) continue;
+    auto tp = Clock::now();
+    // Cheap drafters propose the longest chain so retro-scoring learns every position.
+    s.specs[d]->propose(im.slots[d].cheap ? sc.max_k() : cap, dr);
+    double dt = since(tp);
+    draft_seconds += dt;
+    sc.record_draft_time(int(d), dt);
+    m.drafters[d].propose_seconds += dt;
+    if (dr.tokens.empty()) continue;
+    const std::string& name = im.slots[d].name;
+    check(dr.q.empty() || dr.q.size() == dr.tokens.size(), "drafter '", name, "': ", dr.q.size(),
+          " q distributions for ", dr.tokens.size(), " tokens");
+    check(dr.bucket >= 0 && dr.bucket < im.slots[d].buckets, "drafter '", name, "': bucket ", dr.bucket,
+          " outside [0, ", im.slots[d].buckets, ")");
+    for (int32_t t : dr.tokens)
+      if (t < 0 || t >= V) fail("drafter '", name, "': proposed token ", t, " outside the vocabulary [0, ", V, ")");
+    if (int(dr.tokens.size()) > sc.max_k()) {
+      dr.tokens.resize(size_t(sc.max_k()));
+      if (!dr.q.empty()) dr.q.resize(size_t(sc.max_k()));
+    }
+    int bucket = dr.bucket * kCopyBins + copy_bin(s.copy_run[d]);
+    ++m.drafters[d].proposals;
+    s.offers.push_back({int(d), std::min(int(dr.tokens.size()), cap), bucket});
+    s.pending.push_back({int(d), bucket, s.history.size(), dr.tokens});
+  }
+  Pick pick = sc.pick(s.offers);
+  const int k = pick.k;
+  const Draft* chain = k > 0 ? &s.drafts[size_t(pick.drafter)] : nullptr;
+  s.block.assign(1, anchor);
+  if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
+
+  auto tv = Clock::now();
+  model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, k > 0);
+  int accepted = 0, tried = 0;
+  // Row i holds the target's logits for the position after block[i]; a token is picked from it the
+  // way plain decoding would (forced, or drawn after the caller's edits), and draft i + 1 survives
+  // only if it is that token.
+  for (int i = 0; i <= k && !s.ended; ++i) {
+    float* row = s.logits.data() + size_t(i) * size_t(V);
+    int32_t tok = 0;
+    bool ok = false;
+    const bool forced = hooks.forced && hooks.forced(tok);
+    if (!forced && hooks.process) hooks.process(row);
+    if (i == k) {  // the target's own token after the last accepted draft (the bonus row)
+      if (!forced) tok = model.backend().sample(row, V, s.sampling, s.rng);
+    } else {
+      ++tried;
+      const int32_t d = chain->tokens[size_t(i)];
+      if (forced || greedy || chain->q.empty()) {
+        // Speculative sampling with a one-hot q: accept d with probability p(d), else draw from
+        // p without d, renormalized — which is exactly "draw x ~ p, accept iff x = d, emit x". One
+        // draw per emitted token, as plain decoding makes, so a seed gives the plain text.
+        if (!forced) tok = model.backend().sample(row, V, s.sampling, s.rng);
+        ok = tok == d;
+      } else {
+        tok = speculative_accept(sampling_distribution(row, V, s.sampling), chain->q[size_t(i)], d, s.rng, ok);
+      }
+    }
+    s.fresh.push_back(tok);
+    ++m.generated_tokens;
+    if (!hooks.emit(tok)) s.ended = true;
+    if (i == k || !ok) break;
+    ++accepted;
+  }
+  model.commit(s.seq, accepted + 1);
+  const int committed = int(s.fresh.size());
+  sc.record_step(k + 1, since(tv), draft_seconds, committed);
+
+  ++m.steps;
+  ++m.k_histogram[size_t(k)];
+  if (k == 0) {
+    ++m.plain_steps;
+  } else {
+    auto& pd = m.drafters[size_t(pick.drafter)];
+    ++m.drafts, ++pd.drafts;
+    m.drafted_tokens += k, pd.drafted_tokens += k;
+    m.accepted_tokens += accepted, pd.accepted_tokens += accepted;
+    ++pd.k_histogram[size_t(k)];
+    for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++pd.tried_at[size_t(j)];
+    for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++pd.accepted_at[size_t(j)];
+  }
+  s.settle();
+  return !s.ended;
+}
+
+GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                  const std::function<bool(int32_t)>& on_token, DraftMetrics* out_metrics) {
+  check(!prompt.empty(), "generate: the prompt is empty");
+  check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
+        o.max_tokens, ") exceed the context window of ", o.context);
+  Model& model = impl_->model;
+  const auto& eos = model.desc().eos_ids;
+
+  GenerateResult r;
+  auto seq = model.new_sequence(o.context);
+  Rng rng(o.sampling.seed);
+  std::vector<float> logits;
+  auto emit = [&](int32_t tok) {
+    r.tokens.push_back(tok);
+    if (on_token && !on_token(tok)) return false;
+    if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return !(r.stopped_at_eos = true);
+    return int(r.tokens.size()) < o.max_tokens;
   };
 
   auto t0 = Clock::now();
@@ -173,104 +303,18 @@ GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const Gene
   model.commit(*seq, int(prompt.size()));
   auto t1 = Clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  if (o.max_tokens > 0) {
-    emit(model.backend().sample(logits.data(), V, o.sampling, rng));
-    settle();
-  } else {
-    stop = true;
+  if (o.max_tokens <= 0) {
+    if (out_metrics) *out_metrics = DraftMetrics{};
+    return r;
   }
-
-  std::vector<Draft> drafts(nd);
-  std::vector<Offer> offers;
-  std::vector<int32_t> block;
-  while (!stop) {
-    const int32_t anchor = r.tokens.back();
-    const int cap = int(std::min<int64_t>({sc.max_k(), o.max_tokens - int64_t(r.tokens.size()) - 1,
-                                           seq->capacity - seq->pos - 1}));
-    offers.clear();
-    double draft_seconds = 0;
-    for (size_t d = 0; d < nd && cap > 0; ++d) {
-      Draft& dr = drafts[d];
-      dr.clear();
-      if (!im.slots[d].cheap && !sc.wants(int(d), cap)) continue;
-      auto tp = Clock::now();
-      // Cheap drafters propose the longest chain so retro-scoring learns every position.
-      specs[d]->propose(im.slots[d].cheap ? sc.max_k() : cap, dr);
-      double dt = since(tp);
-      draft_seconds += dt;
-      sc.record_draft_time(int(d), dt);
-      m.drafters[d].propose_seconds += dt;
-      if (dr.tokens.empty()) continue;
-      const std::string& name = im.slots[d].name;
-      check(dr.q.empty() || dr.q.size() == dr.tokens.size(), "drafter '", name, "': ", dr.q.size(),
-            " q distributions for ", dr.tokens.size(), " tokens");
-      check(dr.bucket >= 0 && dr.bucket < im.slots[d].buckets, "drafter '", name, "': bucket ", dr.bucket,
-            " outside [0, ", im.slots[d].buckets, ")");
-      for (int32_t t : dr.tokens)
-        if (t < 0 || t >= V) fail("drafter '", name, "': proposed token ", t, " outside the vocabulary [0, ", V, ")");
-      if (int(dr.tokens.size()) > sc.max_k()) {
-        dr.tokens.resize(size_t(sc.max_k()));
-        if (!dr.q.empty()) dr.q.resize(size_t(sc.max_k()));
-      }
-      int bucket = dr.bucket * kCopyBins + copy_bin(copy_run[d]);
-      ++m.drafters[d].proposals;
-      offers.push_back({int(d), std::min(int(dr.tokens.size()), cap), bucket});
-      pending.push_back({int(d), bucket, history.size(), dr.tokens});
-    }
-    Pick pick = sc.pick(offers);
-    const int k = pick.k;
-    const Draft* chain = k > 0 ? &drafts[size_t(pick.drafter)] : nullptr;
-    block.assign(1, anchor);
-    if (chain) block.insert(block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
-
-    auto tv = Clock::now();
-    model.forward(*seq, block, ForwardMode::Verify, logits, k > 0);
-    int accepted = 0, tried = 0;
-    for (int i = 0; i <= k && !stop; ++i) {
-      const float* row = logits.data() + size_t(i) * size_t(V);
-      if (i == k) {  // the target's own token after the last accepted draft (the bonus row)
-        emit(model.backend().sample(row, V, o.sampling, rng));
-        break;
-      }
-      ++tried;
-      const int32_t d = chain->tokens[size_t(i)];
-      bool ok;
-      int32_t tok;
-      if (greedy || chain->q.empty()) {
-        // Speculative sampling with a one-hot q: accept d with probability p(d), else draw from
-        // p without d, renormalized — which is exactly "draw x ~ p, accept iff x = d, emit x". One
-        // draw per emitted token, as plain decoding makes, so a seed gives the plain text.
-        tok = model.backend().sample(row, V, o.sampling, rng);
-        ok = tok == d;
-      } else {
-        tok = speculative_accept(sampling_distribution(row, V, o.sampling), chain->q[size_t(i)], d, rng, ok);
-      }
-      emit(tok);
-      if (!ok) break;
-      ++accepted;
-    }
-    model.commit(*seq, accepted + 1);
-    const int committed = int(fresh.size());
-    sc.record_step(k + 1, since(tv), draft_seconds, committed);
-
-    ++m.steps;
-    ++m.k_histogram[size_t(k)];
-    if (k == 0) {
-      ++m.plain_steps;
-    } else {
-      auto& pd = m.drafters[size_t(pick.drafter)];
-      ++m.drafts, ++pd.drafts;
-      m.drafted_tokens += k, pd.drafted_tokens += k;
-      m.accepted_tokens += accepted, pd.accepted_tokens += accepted;
-      for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)];
-      for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)];
-    }
-    settle();
-  }
+  const int32_t first = model.backend().sample(logits.data(), model.desc().vocab, o.sampling, rng);
+  bool going = emit(first);
+  DraftedRequest req(*this, *seq, prompt, first, o.sampling, rng);
+  DraftHooks hooks;
+  hooks.emit = emit;
+  while (going) going = req.step(o.max_tokens - int(r.tokens.size()), hooks);
   r.decode_seconds = since(t1);
-  m.generated_tokens = int64_t(r.tokens.size());
-  im.total.add(m);
-  if (out_metrics) *out_metrics = m;
+  if (out_metrics) *out_metrics = req.metrics();
   return r;
 }
 
@@ -287,6 +331,7 @@ void DraftMetrics::add(const DraftMetrics& o) {
     if (it == drafters.end()) it = drafters.insert(drafters.end(), PerDrafter{d.name});
     it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
     it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
+    sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
   }
 }
 

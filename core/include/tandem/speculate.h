@@ -40,6 +40,8 @@ struct DraftMetrics {
     int64_t drafted_tokens = 0;   // Σ k over those steps
     int64_t accepted_tokens = 0;  // of those, accepted
     double propose_seconds = 0;
+    std::vector<int64_t> tried_at, accepted_at;  // as below, for this drafter's verified chains
+    std::vector<int64_t> k_histogram;            // [k]: steps that verified k ≥ 1 of its drafts
   };
   int64_t steps = 0;            // verify passes after the prefill (each commits ≥ 1 token)
   int64_t plain_steps = 0;      // steps with k = 0
@@ -82,8 +84,48 @@ class TANDEM_API Drafting {
   const std::vector<std::string>& names() const;
 
  private:
+  friend class DraftedRequest;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// What a caller adds at each position of a drafted request so that it decodes exactly as its own
+// plain loop would (tandem serve: logit bias, penalties, min_tokens, grammar masks, forced tokens).
+// The hooks see the positions in order, each after the previous token was emitted, so whatever
+// they keep per token (penalty counts, a grammar matcher) is current for every verified row: a
+// draft is accepted only if it is the token the caller's plain rule picks from that row.
+struct DraftHooks {
+  // Optional: a token forced at this position (a reasoning budget's close); the row is not read.
+  std::function<bool(int32_t& token)> forced;
+  // Optional: edits this position's logits in place before a token is drawn from them.
+  std::function<void(float* row)> process;
+  // Required: each committed token, in order; false ends the request at this token.
+  std::function<bool(int32_t token)> emit;
+};
+
+// One drafted request driven step by step, for callers that interleave requests or pick tokens
+// under their own rules. The caller prefills the prompt into `seq`, commits it and picks the first
+// token itself; each step() then verifies one chain (or takes a plain step) and emits 1..k+1 tokens.
+// Owner: borrows the Drafting, the Sequence and the Rng (all must outlive it); on destruction its
+// metrics join the Drafting's totals. A Drafting serves one request at a time (StairCut keeps
+// per-request state). Thread: the thread that drives the Model. Sync: each step waits for its logits.
+class TANDEM_API DraftedRequest {
+ public:
+  // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed).
+  DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+                 const SamplingParams& sampling, Rng& rng);
+  ~DraftedRequest();
+  DraftedRequest(const DraftedRequest&) = delete;
+  DraftedRequest& operator=(const DraftedRequest&) = delete;
+
+  // One verify pass emitting at most `max_tokens` (≥ 1) tokens. Returns false once hooks.emit did.
+  bool step(int max_tokens, const DraftHooks& hooks);
+  // This request's numbers so far (generated_tokens counts `first`).
+  const DraftMetrics& metrics() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
 };
 
 // "lookup,lilicorr" → {"lookup", "lilicorr"}; "none" → {}. Empty or repeated names are errors.
