@@ -25,6 +25,16 @@ const float* value_table(Codebook cb) {
   return tables[size_t(cb)].data();
 }
 
+// tile_perm as a table: the decoder's inner loop stays free of calls.
+const std::array<uint8_t, 256>& perm_table() {
+  static const std::array<uint8_t, 256> t = [] {
+    std::array<uint8_t, 256> p{};
+    for (int i = 0; i < 256; ++i) p[size_t(i)] = uint8_t(tile_perm(i));
+    return p;
+  }();
+  return t;
+}
+
 size_t member_bytes(const TensorGroup& g, const char* a, const char* b = nullptr) {
   const RawTensor* t = g.member(a);
   if (!t && b) t = g.member(b);
@@ -35,6 +45,7 @@ size_t member_bytes(const TensorGroup& g, const char* a, const char* b = nullptr
 
 void decode_tile_fast(const uint16_t* words, int K, Codebook cb, float out[256]) {
   const float* table = value_table(cb);
+  const uint8_t* perm = perm_table().data();
   const int n_words = 8 * K, bits = 256 * K;
   uint32_t w[64];
   for (int i = 0; i < n_words; ++i) w[i] = uint32_t(words[2 * i]) | uint32_t(words[2 * i + 1]) << 16;
@@ -44,7 +55,7 @@ void decode_tile_fast(const uint16_t* words, int K, Codebook cb, float out[256])
     const int i0 = b0 / 32;
     const uint64_t pair = uint64_t(w[i0]) << 32 | w[(i0 + 1) % n_words];
     const uint32_t state = uint32_t(pair >> (48 - b0 % 32)) & 0xFFFFu;
-    out[tile_perm(t)] = table[state];
+    out[perm[t]] = table[state];
   }
 }
 
@@ -88,12 +99,14 @@ void Exl3Tensor::matmul_raw(const Tensor& x, const Tensor& y) const {
         decode_tile_fast(l_.tile(i, j), l_.K, l_.codebook, tile);
         for (int64_t a = 0; a < n; ++a) {
           const float* xa = xh.data() + a * k + i * kTile;
-          float* acc_a = acc.data() + a * kTile;
+          float s[kTile];  // a local copy the compiler keeps in registers across the 16 rows
+          std::memcpy(s, acc.data() + a * kTile, sizeof s);
           for (int r = 0; r < kTile; ++r) {
             const float xv = xa[r];
             const float* tr = tile + r * kTile;
-            for (int c = 0; c < kTile; ++c) acc_a[c] += xv * tr[c];
+            for (int c = 0; c < kTile; ++c) s[c] += xv * tr[c];
           }
+          std::memcpy(acc.data() + a * kTile, s, sizeof s);
         }
       }
       for (int64_t a = 0; a < n; ++a) std::memcpy(z.data() + a * N + j * kTile, acc.data() + a * kTile, kTile * sizeof(float));
