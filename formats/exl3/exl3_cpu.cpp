@@ -87,30 +87,27 @@ void Exl3Tensor::matmul_raw(const Tensor& x, const Tensor& y) const {
     }
   });
 
-  // z = xh·Ŵ: each worker owns whole tile columns.
-  std::vector<float> z(size_t(n * N));
+  // z = xh·Ŵ: each worker owns whole tile columns of z.
+  std::vector<float> z(size_t(n * N), 0.0f);
   const int64_t work = tile_rows * kTile * kTile * (n + 4);
   parallel_for(tile_cols, std::max<int64_t>(1, (int64_t(1) << 16) / work), [&](int64_t j0, int64_t j1) {
-    std::vector<float> acc(size_t(n * kTile));
     alignas(64) float tile[256];
-    for (int64_t j = j0; j < j1; ++j) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = 0; i < tile_rows; ++i) {
         decode_tile_fast(l_.tile(i, j), l_.K, l_.codebook, tile);
         for (int64_t a = 0; a < n; ++a) {
           const float* xa = xh.data() + a * k + i * kTile;
+          float* za = z.data() + a * N + j * kTile;
           float s[kTile];  // a local copy the compiler keeps in registers across the 16 rows
-          std::memcpy(s, acc.data() + a * kTile, sizeof s);
+          std::memcpy(s, za, sizeof s);
           for (int r = 0; r < kTile; ++r) {
             const float xv = xa[r];
             const float* tr = tile + r * kTile;
             for (int c = 0; c < kTile; ++c) s[c] += xv * tr[c];
           }
-          std::memcpy(acc.data() + a * kTile, s, sizeof s);
+          std::memcpy(za, s, sizeof s);
         }
       }
-      for (int64_t a = 0; a < n; ++a) std::memcpy(z.data() + a * N + j * kTile, acc.data() + a * kTile, kTile * sizeof(float));
-    }
   });
 
   // y = trim(H_n z ⊙ svh) + bias.
