@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "cmd_bench.h"
+#include "cmd_convert.h"
 #include "cmd_synth.h"
 #include "serve_command.h"
 #include "text_codec.h"
@@ -44,6 +45,10 @@ commands:
             [--decode-tokens N] [--prompt-tokens N] [--verify-max K] [--prefill N,N,…]
             [--prefill-budget S] [--prefill-chunk N] [--profile-layers | --no-profile]
             (context 32768 unless given)
+  convert   --to exl3 --bits B [--head-bits H|16] [--other-bits O] [--codebook mul1|mcg|3inst]
+            [--calibration FILE] [--rows N] [--seed S] [--threads N] [--force] INPUT_DIR OUTPUT_DIR
+            quantize a BF16 safetensors folder to EXL3 (routed experts at B bits; other linears at O
+            when B < 4; lm_head at H, default 6; an interrupted run resumes from OUTPUT_DIR.partial)
   help
 
 model options (every model command):
@@ -188,6 +193,7 @@ int main(int argc, char** argv) {
     if (cmd == "serve") return server::cmd_serve(rest(argc, argv));
     if (cmd == "synth") return server::cmd_synth(rest(argc, argv));
     if (cmd == "bench") return server::cmd_bench(rest(argc, argv));
+    if (cmd == "convert") return server::cmd_convert(rest(argc, argv));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -42,6 +42,7 @@ struct PluginRegistry::Impl {
     tandem_create_fn create;
     tandem_destroy_fn destroy;
     std::shared_ptr<boost::dll::shared_library> lib;
+    std::shared_ptr<void> instance;  // in-process providers (add_format): served as is
   };
   std::vector<Provider> providers;
   std::vector<ProviderInfo> infos;
@@ -176,12 +177,24 @@ void PluginRegistry::load_file(const std::string& path) {
   impl_->loaded_files.push_back(key);
 }
 
+void PluginRegistry::add_format(const std::string& name, std::shared_ptr<WeightFormat> format) {
+  check(!name.empty() && format != nullptr, "add_format: a name and a format are required");
+  for (const auto& q : impl_->providers)
+    if (q.info.kind == TANDEM_KIND_FORMAT && q.info.name == name && q.info.device.empty())
+      fail("add_format: '", q.info.file, "' already provides format ", where(name, ""));
+  Impl::Provider prov{{TANDEM_KIND_FORMAT, name, "", "(in-process)", "(in-process)", 1}, nullptr, nullptr, nullptr,
+                      std::shared_ptr<void>(format, format.get())};
+  impl_->providers.push_back(prov);
+  impl_->infos.push_back(prov.info);
+}
+
 std::shared_ptr<void> PluginRegistry::create(tandem_kind kind, const std::string& name,
                                              const std::string& device) {
   const Impl::Provider* p = impl_->find(kind, name, device);
   if (!p)
     fail("no ", kind_name(kind), " plugin provides ", where(name, device), " (available: ",
          impl_->available(kind), ")");
+  if (p->instance) return p->instance;
   void* obj = nullptr;
   char err[512] = {0};
   if (p->create(&obj, err, sizeof err) != TANDEM_OK || !obj)

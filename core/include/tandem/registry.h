@@ -42,6 +42,10 @@ class TANDEM_API PluginRegistry {
   // another module already registered under the same kind, name and device. A module whose score is
   // 0 is skipped (it cannot run here) and noted in skipped().
   void load_file(const std::string& path);
+  // A format made in this process (a tool that wraps another format, e.g. the converter's
+  // calibration hook), device-neutral, served as the object given. Error: a format of that name is
+  // already registered device-neutral.
+  void add_format(const std::string& name, std::shared_ptr<WeightFormat> format);
 
   const std::vector<ProviderInfo>& providers() const;
   const std::vector<std::string>& skipped() const;
