@@ -1,0 +1,159 @@
+// The EXL3 trellis decode as the CUDA kernels run it, callable on the host too (the few intrinsics
+// emulated) so that a CPU-only test (tests/formats/exl3/cuda/test_decode_host.cu) checks it against
+// trellis.h: a lane's 8 states straight from the tile's packed 32-bit words, and the codebooks'
+// state → fp16 value with integer ops and one fp16 rounding.
+// Owner: callers own every pointer. Thread: any. Sync: none.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tandem::exl3::kcuda {
+
+#define TANDEM_EXL3_HD __host__ __device__ __forceinline__
+
+enum : int { kCb3Inst = 0, kCbMcg = 1, kCbMul1 = 2 };  // trellis.h's Codebook values
+
+TANDEM_EXL3_HD uint32_t funnel_l(uint32_t lo, uint32_t hi, uint32_t shift) {  // high word of (hi:lo) << shift
+#ifdef __CUDA_ARCH__
+  return __funnelshift_l(lo, hi, shift);
+#else
+  return uint32_t(((uint64_t(hi) << 32 | lo) << (shift & 31)) >> 32);
+#endif
+}
+TANDEM_EXL3_HD uint32_t funnel_r(uint32_t lo, uint32_t hi, uint32_t shift) {  // low word of (hi:lo) >> shift
+#ifdef __CUDA_ARCH__
+  return __funnelshift_r(lo, hi, shift);
+#else
+  return uint32_t((uint64_t(hi) << 32 | lo) >> (shift & 31));
+#endif
+}
+TANDEM_EXL3_HD uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = uint64_t(y) << 32 | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= uint32_t((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+  return r;
+#endif
+}
+// c + the sum of x's four unsigned bytes.
+TANDEM_EXL3_HD uint32_t byte_sum(uint32_t x, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(x, 0x01010101u, c);
+#else
+  return c + (x & 0xFF) + (x >> 8 & 0xFF) + (x >> 16 & 0xFF) + (x >> 24);
+#endif
+}
+
+// ---- a lane's 8 states (stream positions 8·lane .. 8·lane+7 of a tile, spec/formats.md § 5.5) ----
+
+// Where lane t's bits start: the 16-bit window of its first state begins at stream bit
+// B = 8tK + K − 16 (mod 256K). The lane needs stream bits B .. B + 7K + 15 (at most 72), which lie in
+// the three words a, a+1, a+2 (mod 8K) for every K ≤ 8; `off` is B's bit within word a.
+struct LaneWords {
+  int w0, w1, w2;  // word indices in the tile (0 .. 8K−1)
+  uint32_t off;
+};
+template <int K>
+TANDEM_EXL3_HD LaneWords lane_words(int lane) {
+  const int b = 8 * lane * K + K - 16 + 256 * K;
+  const int a = b / 32;
+  return {a % (8 * K), (a + 1) % (8 * K), (a + 2) % (8 * K), uint32_t(b % 32)};
+}
+
+// The 8 states from the lane's three words: realigned so that stream bit B is bit 31 of v0 (a
+// 96-bit big-endian window v0:v1:v2), then state q is the window's bits [qK, qK + 16), all offsets
+// compile-time constants.
+template <int K>
+TANDEM_EXL3_HD void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t off, uint32_t (&s)[8]) {
+  const uint32_t v0 = funnel_l(w1, w0, off), v1 = funnel_l(w2, w1, off), v2 = w2 << off;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const int p = q * K;  // window start, bits from v0's MSB
+    uint32_t x;
+    if (p + 16 <= 32) x = v0 >> (16 - p);
+    else if (p < 32) x = funnel_r(v1, v0, uint32_t(48 - p));
+    else if (p + 16 <= 64) x = v1 >> (48 - p);
+    else x = funnel_r(v2, v1, uint32_t(80 - p));
+    s[q] = x & 0xFFFFu;
+  }
+}
+
+// ---- codebooks: two states → two fp16 values → two floats ----
+
+TANDEM_EXL3_HD float half_bits_to_float(uint32_t h) {
+  __half_raw r;
+  r.x = uint16_t(h);
+  return __half2float(__half(r));
+}
+
+// fp16 bits (low, high) of a·h + c with one rounding, for h, a, c packed fp16 pairs.
+TANDEM_EXL3_HD uint32_t hfma2_bits(uint32_t h, uint32_t a, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  __half2 hh, aa, cc;
+  std::memcpy(&hh, &h, 4), std::memcpy(&aa, &a, 4), std::memcpy(&cc, &c, 4);
+  const __half2 r = __hfma2(hh, aa, cc);
+  uint32_t out;
+  std::memcpy(&out, &r, 4);
+  return out;
+#else
+  // The exact product-sum needs at most 22 significant bits here (an 11-bit integer times an
+  // 11-bit constant plus a constant on the same grid), so float holds it and the conversion rounds once.
+  uint32_t out = 0;
+  for (int i = 0; i < 2; ++i) {
+    const float v = half_bits_to_float(h >> (16 * i)) * half_bits_to_float(a >> (16 * i)) +
+                    half_bits_to_float(c >> (16 * i));
+    const __half r = __float2half_rn(v);
+    out |= uint32_t(__half_raw(r).x) << (16 * i);
+  }
+  return out;
+#endif
+}
+TANDEM_EXL3_HD uint32_t hadd2_bits(uint32_t a, uint32_t b) {
+  __half2 aa, bb;
+  std::memcpy(&aa, &a, 4), std::memcpy(&bb, &b, 4);
+  const __half2 r = __hadd2(aa, bb);
+  uint32_t out;
+  std::memcpy(&out, &r, 4);
+  return out;
+}
+
+// The fp16 values of states s0 and s1 as a packed pair (s0 low), exactly trellis.h's state_value_f16.
+template <int CB>
+TANDEM_EXL3_HD uint32_t state_pair_f16(uint32_t s0, uint32_t s1) {
+  if (CB == kCbMul1) {
+    // 0x6400 + byte sum (≤ 1020, so no carry out of the mantissa) is the fp16 1024 + bs exactly; then
+    // fma(h, k_inv, k_bias) rounds once.
+    const uint32_t h0 = byte_sum(s0 * 0x83DCD12Du, 0x6400u), h1 = byte_sum(s1 * 0x83DCD12Du, 0x6400u);
+    return hfma2_bits(prmt(h0, h1, 0x5410), 0x1EEE1EEEu, 0xC931C931u);
+  } else {
+    uint32_t x0 = CB == kCbMcg ? s0 * 0xCBAC1FEDu : s0 * 89226354u + 64248484u;
+    uint32_t x1 = CB == kCbMcg ? s1 * 0xCBAC1FEDu : s1 * 89226354u + 64248484u;
+    x0 = (x0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    x1 = (x1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    // Low halves + high halves of both at once: one fp16 rounding of an exact sum, as on the CPU.
+    return hadd2_bits(prmt(x0, x1, 0x5410), prmt(x0, x1, 0x7632));
+  }
+}
+
+// One state's value as fp16 bits (tests; the kernels decode pairs).
+template <int CB>
+TANDEM_EXL3_HD uint16_t state_f16(uint32_t s) {
+  return uint16_t(state_pair_f16<CB>(s & 0xFFFFu, 0) & 0xFFFFu);
+}
+
+template <int CB>
+TANDEM_EXL3_HD void states_to_floats(const uint32_t (&s)[8], float (&v)[8]) {
+#pragma unroll
+  for (int q = 0; q < 8; q += 2) {
+    const uint32_t h = state_pair_f16<CB>(s[q], s[q + 1]);
+    v[q] = half_bits_to_float(h & 0xFFFFu);
+    v[q + 1] = half_bits_to_float(h >> 16);
+  }
+}
+
+}  // namespace tandem::exl3::kcuda

@@ -1,0 +1,346 @@
+// The EXL3 matmul around the per-K kernels: the input rotation (×suh, 128-point Hadamard, fragment
+// order), the output rotation (split sum in split order, Hadamard, ×svh, trim, bias), the prefill
+// GEMM on decoded fp16 chunks, and the dispatch by K, codebook and row count.
+#include "formats/exl3/matmul_cuda.cuh"
+
+#include <algorithm>
+
+#include "cuda_util.cuh"
+#include "formats/exl3/kernels_cuda.cuh"
+#include "tandem/error.h"
+
+namespace tandem::exl3::kcuda {
+
+TANDEM_EXL3_CUDA_EXTERN(1)
+TANDEM_EXL3_CUDA_EXTERN(2)
+TANDEM_EXL3_CUDA_EXTERN(3)
+TANDEM_EXL3_CUDA_EXTERN(4)
+TANDEM_EXL3_CUDA_EXTERN(5)
+TANDEM_EXL3_CUDA_EXTERN(6)
+TANDEM_EXL3_CUDA_EXTERN(7)
+TANDEM_EXL3_CUDA_EXTERN(8)
+
+namespace {
+
+using cuda::check_launch;
+
+constexpr int kHad = 128;
+constexpr int kRowChunk = 4096;  // gather rows per round (bounds the workspace)
+
+// In-place 128-point FWHT of a warp's 128 values, 4 per lane (lane l holds 4l .. 4l+3), butterflies in
+// the CPU's order (h = 1, 2, …, 64), then the 1/√128 scale.
+__device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
+  float a = v[0], b = v[1], c = v[2], d = v[3];
+  v[0] = a + b, v[1] = a - b, v[2] = c + d, v[3] = c - d;
+  a = v[0], b = v[1], c = v[2], d = v[3];
+  v[0] = a + c, v[1] = b + d, v[2] = a - c, v[3] = b - d;
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) {
+    const bool upper = (lane & h) != 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float p = __shfl_xor_sync(0xffffffffu, v[m], h);
+      v[m] = upper ? p - v[m] : v[m] + p;
+    }
+  }
+  const float scale = 0.08838834764831845f;  // float(1/√128), as the CPU's 1.0f / std::sqrt(128.0f)
+#pragma unroll
+  for (int m = 0; m < 4; ++m) v[m] *= scale;
+}
+
+// xh row r = H(x[r / per_x] zero-extended ⊙ suh[e]) with e = ids[r] (gather) or 0; one warp per
+// (row, 128-block). `fragment`: the GEMV's order (per 16-row tile, lane class q = 0..3 holds tile rows
+// 2q, 2q+1, 2q+8, 2q+9 as one float4), else natural order.
+__global__ void rotate_in_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
+                                 const float* suh, int64_t k, int64_t rows, bool fragment, float* xh) {
+  const int64_t blocks = k / kHad;
+  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  if (wid >= rows * blocks) return;
+  const int64_t r = wid / blocks, b = wid % blocks;
+  const float* su = suh;
+  int64_t xr = r;
+  if (ids) {
+    const int e = ids[r];
+    if (e < 0 || e >= n_experts) return;
+    su += int64_t(e) * k;
+    xr = r / per_x;
+  }
+  float v[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int64_t i = b * kHad + lane * 4 + m;
+    v[m] = i < in_features ? x[xr * in_features + i] * su[i] : 0.0f;
+  }
+  fwht128(v, lane);
+  float* out = xh + r * k + b * kHad;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int e = lane * 4 + m;  // element within the block
+    int at = e;
+    if (fragment) {
+      const int tile = e / 16, rho = e % 16;
+      at = tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
+    }
+    out[at] = v[m];
+  }
+}
+
+// y[r, col0 + c] for c in the chunk: z = Σ_s part[s] (split order), H(z) ⊙ svh[e] + bias[e], trimmed
+// to out_features; one warp per (row, 128-block of the chunk). A row whose id is out of range is NaN.
+struct OutArgs {
+  const float* part = nullptr;
+  int splits = 1;
+  int64_t split_stride = 0;  // floats between splits
+  int64_t ldz = 0;           // floats per row of z
+  int64_t width = 0;         // chunk columns (multiple of 128)
+  int64_t col0 = 0;
+  int64_t rows = 0;
+  const int32_t* ids = nullptr;
+  int n_experts = 1;
+  const float* svh = nullptr;
+  const float* bias = nullptr;
+  int64_t n = 0, out_features = 0;
+  float* y = nullptr;
+};
+__global__ void rotate_out_kernel(const OutArgs a) {
+  const int64_t blocks = a.width / kHad;
+  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  if (wid >= a.rows * blocks) return;
+  const int64_t r = wid / blocks, b = wid % blocks;
+  const int64_t c0 = a.col0 + b * kHad + lane * 4;
+  float* yr = a.y + r * a.out_features;
+  int e = 0;
+  if (a.ids) {
+    e = a.ids[r];
+    if (e < 0 || e >= a.n_experts) {
+      for (int m = 0; m < 4; ++m)
+        if (c0 + m < a.out_features) yr[c0 + m] = __int_as_float(0x7fffffff);
+      return;
+    }
+  }
+  const float4 z0 = *reinterpret_cast<const float4*>(a.part + r * a.ldz + b * kHad + lane * 4);
+  float v[4] = {z0.x, z0.y, z0.z, z0.w};
+  for (int s = 1; s < a.splits; ++s) {
+    const float4 z = *reinterpret_cast<const float4*>(a.part + s * a.split_stride + r * a.ldz + b * kHad + lane * 4);
+    v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
+  }
+  fwht128(v, lane);
+  const float* sv = a.svh + int64_t(e) * a.n;
+  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int64_t c = c0 + m;
+    if (c >= a.out_features) continue;
+    float o = v[m] * sv[c];
+    if (bi) o += bi[c];
+    yr[c] = o;
+  }
+}
+
+// z[rows, C] = xh[rows, k] · Wc[k, C] (Wc fp16, row-major with ld C); 64 × 64 outputs per block of 256
+// threads, 4 × 4 per thread, k in steps of 16 (k is a multiple of 128, C of 128). Each output sums in
+// k order.
+constexpr int kBm = 64, kBn = 64, kBk = 16;
+__global__ void __launch_bounds__(256) gemm_kernel(const float* xh, const __half* wc, int64_t rows, int64_t k,
+                                                   int64_t C, float* z) {
+  __shared__ float as[kBk][kBm + 4];
+  __shared__ float bs[kBk][kBn];
+  const int tx = int(threadIdx.x) % 16, ty = int(threadIdx.x) / 16;
+  const int64_t r0 = int64_t(blockIdx.y) * kBm, c0 = int64_t(blockIdx.x) * kBn;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += kBk) {
+    for (int i = int(threadIdx.x); i < kBm * kBk; i += 256) {
+      const int rr = i / kBk, kk = i % kBk;
+      const int64_t row = r0 + rr;
+      as[kk][rr] = row < rows ? xh[row * k + k0 + kk] : 0.0f;
+    }
+    for (int i = int(threadIdx.x); i < kBk * kBn; i += 256) {
+      const int kk = i / kBn, cc = i % kBn;
+      bs[kk][cc] = __half2float(wc[(k0 + kk) * C + c0 + cc]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBk; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) av[m] = as[kk][ty * 4 + m], bv[m] = bs[kk][tx * 4 + m];
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[m][q] = fmaf(av[m], bv[q], acc[m][q]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int64_t row = r0 + ty * 4 + m;
+    if (row >= rows) continue;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) z[row * C + c0 + tx * 4 + q] = acc[m][q];
+  }
+}
+
+void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t s) {
+  switch (K) {
+    case 1: launch_gemv_k<1>(a, cb, rows_pad, gather, grid, s); break;
+    case 2: launch_gemv_k<2>(a, cb, rows_pad, gather, grid, s); break;
+    case 3: launch_gemv_k<3>(a, cb, rows_pad, gather, grid, s); break;
+    case 4: launch_gemv_k<4>(a, cb, rows_pad, gather, grid, s); break;
+    case 5: launch_gemv_k<5>(a, cb, rows_pad, gather, grid, s); break;
+    case 6: launch_gemv_k<6>(a, cb, rows_pad, gather, grid, s); break;
+    case 7: launch_gemv_k<7>(a, cb, rows_pad, gather, grid, s); break;
+    case 8: launch_gemv_k<8>(a, cb, rows_pad, gather, grid, s); break;
+    default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
+  }
+  check_launch("exl3 gemv");
+}
+
+void launch_decode(const DecodeArgs& a, int K, int cb, cudaStream_t s) {
+  switch (K) {
+    case 1: launch_decode_k<1>(a, cb, s); break;
+    case 2: launch_decode_k<2>(a, cb, s); break;
+    case 3: launch_decode_k<3>(a, cb, s); break;
+    case 4: launch_decode_k<4>(a, cb, s); break;
+    case 5: launch_decode_k<5>(a, cb, s); break;
+    case 6: launch_decode_k<6>(a, cb, s); break;
+    case 7: launch_decode_k<7>(a, cb, s); break;
+    case 8: launch_decode_k<8>(a, cb, s); break;
+    default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
+  }
+  check_launch("exl3 decode");
+}
+
+unsigned warp_blocks(int64_t warps, int per_block) { return unsigned((warps + per_block - 1) / per_block); }
+
+void rotate_in(const DeviceWeights& w, const float* x, int per_x, const int32_t* ids, int64_t rows, bool fragment,
+               float* xh, cudaStream_t s) {
+  const int64_t warps = rows * (w.k / kHad);
+  rotate_in_kernel<<<warp_blocks(warps, 4), 128, 0, s>>>(x, w.in_features, per_x, ids, w.n_experts, w.suh, w.k,
+                                                         rows, fragment, xh);
+  check_launch("exl3 rotate_in");
+}
+
+void rotate_out(OutArgs a, cudaStream_t s) {
+  const int64_t warps = a.rows * (a.width / kHad);
+  rotate_out_kernel<<<warp_blocks(warps, 4), 128, 0, s>>>(a);
+  check_launch("exl3 rotate_out");
+}
+
+int rows_pad_of(int64_t rows) {
+  int p = 1;
+  while (p < rows) p *= 2;
+  return p;
+}
+
+// Prefill column chunk: at most 32 Mi fp16 weights of scratch.
+int64_t prefill_chunk(const DeviceWeights& w) {
+  const int64_t c = std::max<int64_t>(kHad, (int64_t(32) << 20) / w.k / kHad * kHad);
+  return std::min(c, w.n);
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+int gemv_splits(int64_t k, int64_t n) {
+  const int64_t tiles_k = k / 16, strips = n / 16;
+  int s = 1;
+  // Enough warps to fill the GPU (about 2048), but at least 16 tiles per split.
+  while (strips * s < 2048 && tiles_k / (2 * s) >= 16) s *= 2;
+  return s;
+}
+
+size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
+  if (rows <= kGemvMaxRows) {
+    const int64_t pad = rows_pad_of(rows);
+    return align256(size_t(pad * w.k) * 4) + size_t(gemv_splits(w.k, w.n)) * size_t(rows * w.n) * 4;
+  }
+  const int64_t C = prefill_chunk(w);
+  return align256(size_t(rows * w.k) * 4) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
+}
+
+void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* y, void* workspace,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  char* ws = static_cast<char*>(workspace);
+  if (rows <= kGemvMaxRows) {
+    const int pad = rows_pad_of(rows);
+    float* xh = reinterpret_cast<float*>(ws);
+    float* part = reinterpret_cast<float*>(ws + align256(size_t(pad * w.k) * 4));
+    const int S = gemv_splits(w.k, w.n);
+    rotate_in(w, x, 1, nullptr, rows, true, xh, stream);
+    GemvArgs a;
+    a.w = w.trellis;
+    a.tiles_k = int(w.k / 16), a.strips = int(w.n / 16);
+    a.tiles_per_split = (a.tiles_k + S - 1) / S;
+    a.xh = xh, a.k = w.k, a.n = w.n;
+    a.part = part, a.rows = int(rows), a.part_rows = int(rows);
+    const dim3 grid(unsigned((a.strips + kGemvWarps - 1) / kGemvWarps), unsigned(S), 1);
+    launch_gemv(a, w.K, w.cb, pad, false, grid, stream);
+    OutArgs o;
+    o.part = part, o.splits = S, o.split_stride = rows * w.n, o.ldz = w.n, o.width = w.n, o.col0 = 0;
+    o.rows = rows, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y;
+    rotate_out(o, stream);
+    return;
+  }
+  const int64_t C = prefill_chunk(w);
+  float* xh = reinterpret_cast<float*>(ws);
+  float* z = reinterpret_cast<float*>(ws + align256(size_t(rows * w.k) * 4));
+  __half* wc = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 4) + align256(size_t(rows * C) * 4));
+  rotate_in(w, x, 1, nullptr, rows, false, xh, stream);
+  for (int64_t c0 = 0; c0 < w.n; c0 += C) {
+    const int64_t cols = std::min(C, w.n - c0);
+    DecodeArgs d;
+    d.w = w.trellis, d.tiles_k = int(w.k / 16), d.strips = int(w.n / 16), d.strip0 = int(c0 / 16);
+    d.cols = int(cols), d.out = wc;
+    launch_decode(d, w.K, w.cb, stream);
+    const dim3 grid(unsigned(cols / kBn), unsigned((rows + kBm - 1) / kBm));
+    gemm_kernel<<<grid, 256, 0, stream>>>(xh, wc, rows, w.k, cols, z);
+    check_launch("exl3 gemm");
+    OutArgs o;
+    o.part = z, o.splits = 1, o.ldz = cols, o.width = cols, o.col0 = c0;
+    o.rows = rows, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y;
+    rotate_out(o, stream);
+  }
+}
+
+size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
+  const int64_t rc = std::min<int64_t>(rows, std::max<int64_t>(per_x, kRowChunk / per_x * per_x));
+  return align256(size_t(rc * w.k) * 4) + size_t(gemv_splits(w.k, w.n)) * size_t(rc * w.n) * 4;
+}
+
+void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
+                          float* y, void* workspace, cudaStream_t stream) {
+  char* ws = static_cast<char*>(workspace);
+  const int S = gemv_splits(w.k, w.n);
+  // Rounds of whole x rows (a multiple of per_x output rows), so x advances by rows too.
+  const int64_t chunk = std::max<int64_t>(per_x, kRowChunk / per_x * per_x);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t rc = std::min<int64_t>(chunk, rows - r0);
+    float* xh = reinterpret_cast<float*>(ws);
+    float* part = reinterpret_cast<float*>(ws + align256(size_t(rc * w.k) * 4));
+    const int32_t* ids_c = ids + r0;
+    float* y_c = y + r0 * w.out_features;
+    const float* x_c = x + (r0 / per_x) * w.in_features;
+    rotate_in(w, x_c, per_x, ids_c, rc, true, xh, stream);
+    GemvArgs a;
+    a.w = w.trellis;
+    a.expert_words = (w.k / 16) * (w.n / 16) * 8 * w.K;
+    a.tiles_k = int(w.k / 16), a.strips = int(w.n / 16);
+    a.tiles_per_split = (a.tiles_k + S - 1) / S;
+    a.xh = xh, a.k = w.k, a.n = w.n;
+    a.part = part, a.part_rows = int(rc);
+    a.ids = ids_c, a.n_experts = w.n_experts;
+    const dim3 grid(unsigned((a.strips + kGemvWarps - 1) / kGemvWarps), unsigned(S), unsigned(rc));
+    launch_gemv(a, w.K, w.cb, 1, true, grid, stream);
+    OutArgs o;
+    o.part = part, o.splits = S, o.split_stride = rc * w.n, o.ldz = w.n, o.width = w.n, o.col0 = 0;
+    o.rows = rc, o.ids = ids_c, o.n_experts = w.n_experts;
+    o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y_c;
+    rotate_out(o, stream);
+  }
+}
+
+}  // namespace tandem::exl3::kcuda

@@ -1,0 +1,42 @@
+// EXL3 matmul on the GPU, on raw device pointers: y = (H_n·(H_k·(x ⊙ suh))·Ŵ) ⊙ svh + bias in the
+// engine's convention y[rows, out] = x[rows, in] · Wᵀ (spec/formats.md § 5.3), and the expert gather.
+// Owner: callers own every pointer and the workspace. Thread: one caller per stream. Sync: each
+// launch is queued on `stream` and returns; nothing synchronizes.
+// Paths: rows ≤ 16 run the decode GEMV (kernels_cuda.cuh), batch-invariant: row r's bits never
+// depend on the row count or the other rows. Above 16 rows (prefill) Ŵ is decoded to fp16 in column
+// chunks and multiplied by a tiled GEMM; the gather always runs the one-row GEMV per output row.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::exl3::kcuda {
+
+// One tensor (n_experts = 1) or E stacked experts of one shape, K and codebook.
+struct DeviceWeights {
+  const uint32_t* trellis = nullptr;  // [E][k/16][n/16][8K] words, as stored
+  int K = 0, cb = 0;                  // bits per weight 1..8; codebook (decode_cuda.cuh kCb*)
+  int64_t k = 0, n = 0;               // padded in × out
+  int64_t in_features = 0, out_features = 0;
+  const float* suh = nullptr;         // [E][k]
+  const float* svh = nullptr;         // [E][n]
+  const float* bias = nullptr;        // [E][out_features] or null
+  int n_experts = 1;
+};
+
+// Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
+int gemv_splits(int64_t k, int64_t n);
+
+size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows);
+// y[rows, out_features] = x[rows, in_features] · Wᵀ.
+void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* y, void* workspace,
+                   cudaStream_t stream);
+
+size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x);
+// y[r] = W[ids[r]] · x[r / per_x] for r < rows (ids on the device); an id outside [0, E) leaves its
+// row NaN.
+void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
+                          float* y, void* workspace, cudaStream_t stream);
+
+}  // namespace tandem::exl3::kcuda
