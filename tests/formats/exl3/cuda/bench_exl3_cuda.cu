@@ -1,0 +1,223 @@
+// Decode-GEMV time of the EXL3 CUDA kernels on Bolt-shape's matrices at the 2.0 pack's bit widths
+// (spec/nemotron_h.md § 13.3–13.4, spec/formats.md § 5.10): Mamba in/out K=4, shared expert K=4,
+// 9 routed experts per layer K=2 (width 2304, near Bolt-shape's mean 2285), lm_head K=6, all mul1.
+// Prints µs per matrix at one activation row, the bandwidth as a fraction of the device's copy
+// bandwidth, and the sum per token (40 Mamba + 40 MoE layers + head) to set against exllamav3's
+// ~6.7 ms per token on an H200. A benchmark, not a test: run it on the GPU machine. Weights rotate
+// over copies that exceed the L2; each time is the median of 7 runs of a CUDA graph of the calls
+// (plain stream launches beside it).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "exl3_test_util.h"
+#include "formats/exl3/exl3_format_cuda.h"
+#include "plugins/backend-cuda/cuda_backend.h"
+#include "plugins/backend-cuda/cuda_util.h"
+#include "test_util.h"
+
+using namespace tandem;
+using exl3_test::GroupBuilder;
+using exl3_test::RandomLinear;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cuda error %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double time_stream(F fn, int calls) {
+  const cudaStream_t s = cudaStreamPerThread;
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  for (int i = 0; i < calls; ++i) fn(i);  // warm-up
+  std::vector<double> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    ck(cudaEventRecord(a, s), "record");
+    for (int i = 0; i < calls; ++i) fn(i);
+    ck(cudaEventRecord(b, s), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(double(ms) / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// The same through one captured graph of `calls` launches; 0 when capture is refused.
+template <class F>
+double time_graph(F fn, int calls) {
+  const cudaStream_t s = cudaStreamPerThread;
+  cudaGraph_t graph;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  for (int i = 0; i < calls; ++i) fn(i);
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaGraphExec_t exec;
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaGraphDestroy(graph);
+    return 0;
+  }
+  const double ms = time_stream([&](int) { ck(cudaGraphLaunch(exec, s), "graph launch"); }, 1) / calls;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
+struct Result {
+  double ms = 0, stream_ms = 0, graph_ms = 0, gbytes = 0;
+};
+
+struct Dev {
+  std::unique_ptr<Buffer> buf;
+  float* p() const { return static_cast<float*>(buf->data()); }
+};
+Dev upload(Backend& be, const std::vector<float>& v) {
+  Dev d{be.alloc(v.size() * 4)};
+  be.upload(d.buf->data(), v.data(), v.size() * 4);
+  return d;
+}
+
+void finish(Result& r) { r.ms = r.graph_ms > 0 ? r.graph_ms : r.stream_ms; }
+
+// y[n, out] = x · Wᵀ for a K-bit mul1 weight [out, in], rotating over copies that exceed 256 MB.
+Result bench_matmul(cuda::CudaBackend& be, int64_t out, int64_t in, int K, int64_t n) {
+  GroupBuilder b;
+  RandomLinear(in, out, K, 2, 1234, 1.0 / std::sqrt(double(in))).store(b, "w");
+  const TensorGroup g = b.group("w");
+  auto first = exl3::load_exl3_cuda(g, be);
+  const size_t bytes = first->bytes();
+  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
+  std::vector<std::unique_ptr<QuantizedTensor>> w;
+  w.push_back(std::move(first));
+  for (int c = 1; c < copies; ++c) w.push_back(exl3::load_exl3_cuda(g, be));
+  Dev x = upload(be, test::random_vec(size_t(n * in), 5, -1.f, 1.f));
+  Dev y = upload(be, std::vector<float>(size_t(n * out), NAN));
+  auto call = [&](int i) { w[size_t(i % copies)]->matmul(Tensor::f32(x.p(), n, in), Tensor::f32(y.p(), n, out)); };
+  const int calls = std::max(copies, 20);
+  Result r;
+  r.stream_ms = time_stream(call, calls);
+  r.graph_ms = time_graph(call, calls);
+  r.gbytes = double(bytes) / 1e9;
+  finish(r);
+  std::vector<float> host(size_t(n * out));
+  be.download(host.data(), y.p(), host.size() * 4);
+  for (float v : host)
+    if (std::isnan(v)) {
+      std::fprintf(stderr, "[%lld, %lld] K=%d: unwritten output\n", (long long)out, (long long)in, K);
+      std::exit(3);
+    }
+  return r;
+}
+
+// One MoE projection of a decode step: `tokens` × `used` experts of [out, in] out of `experts`.
+Result bench_gather(cuda::CudaBackend& be, int experts, int used, int64_t out, int64_t in, int K, int64_t tokens) {
+  GroupBuilder b;
+  std::vector<TensorGroup> groups;
+  for (int e = 0; e < experts; ++e)
+    RandomLinear(in, out, K, 2, uint64_t(77 + e), 1.0 / std::sqrt(double(in))).store(b, "e" + std::to_string(e));
+  for (int e = 0; e < experts; ++e) groups.push_back(b.group("e" + std::to_string(e)));
+  auto set = exl3::load_exl3_experts_cuda(groups, be);
+  const int rounds = 16;  // different experts each call, so the L2 holds few of them
+  std::vector<int32_t> ids;
+  for (int c = 0; c < rounds; ++c)
+    for (int64_t t = 0; t < tokens * used; ++t) ids.push_back(int32_t((c * 131 + t * 7) % experts));
+  auto dids = be.alloc(ids.size() * 4);
+  be.upload(dids->data(), ids.data(), ids.size() * 4);
+  Dev x = upload(be, test::random_vec(size_t(tokens * in), 5, -1.f, 1.f));
+  Dev y = upload(be, std::vector<float>(size_t(tokens * used * out), NAN));
+  auto call = [&](int i) {
+    set->gather_matmul(Tensor::f32(x.p(), tokens, in),
+                       static_cast<int32_t*>(dids->data()) + size_t(i % rounds) * size_t(tokens * used), used,
+                       Tensor::f32(y.p(), tokens * used, out));
+  };
+  Result r;
+  r.stream_ms = time_stream(call, 32);
+  r.graph_ms = time_graph(call, 32);
+  r.gbytes = double(set->bytes()) / experts * double(tokens * used) / 1e9;
+  finish(r);
+  return r;
+}
+
+double g_copy_gbs = 0;
+
+double row(const char* what, const Result& r) {
+  const double gbs = r.gbytes / (r.ms * 1e-3);
+  std::printf("%-46s %8.2f MB  graph %8.2f us  stream %8.2f us  %6.0f GB/s  %5.1f%% of copy\n", what, r.gbytes * 1e3,
+              r.graph_ms * 1e3, r.stream_ms * 1e3, gbs, g_copy_gbs > 0 ? 100 * gbs / g_copy_gbs : 0.0);
+  return r.ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const bool all = !(argc > 1 && std::strcmp(argv[1], "--short") == 0);
+  cudaDeviceProp prop;
+  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  cuda::CudaBackend be;
+  g_copy_gbs = be.measure_copy_bandwidth() / 1e9;
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", g_copy_gbs);
+  std::printf("-- Bolt-shape EXL3 2.0, 1 activation row (PyTorch [out, in]) --\n");
+  const double in_proj = row("in_proj  [18560, 4096] K=4", bench_matmul(be, 18560, 4096, 4, 1));
+  const double out_proj = row("out_proj [4096, 8192]  K=4", bench_matmul(be, 4096, 8192, 4, 1));
+  const double sh_up = row("shared up   [5376, 4096] K=4", bench_matmul(be, 5376, 4096, 4, 1));
+  const double sh_down = row("shared down [4096, 5376] K=4", bench_matmul(be, 4096, 5376, 4, 1));
+  const Result up = bench_gather(be, 128, 9, 2304, 1024, 2, 1);
+  const double r_up = row("routed up   9 x [2304, 1024] K=2 (gather)", up);
+  const Result down = bench_gather(be, 128, 9, 1024, 2304, 2, 1);
+  const double r_down = row("routed down 9 x [1024, 2304] K=2 (gather)", down);
+  const Result head_r = bench_matmul(be, 131072, 4096, 6, 1);
+  const double head = row("lm_head [131072, 4096] K=6", head_r);
+  const double lat1 = row("latent fc1 [1024, 4096] K=4 (not in the sum)", bench_matmul(be, 1024, 4096, 4, 1));
+  const double lat2 = row("latent fc2 [4096, 1024] K=4 (not in the sum)", bench_matmul(be, 4096, 1024, 4, 1));
+  const double layer = in_proj + out_proj + sh_up + sh_down + r_up + r_down;
+  const double token = 40 * layer + head;
+  std::printf("per token: Mamba in/out, shared and 9 routed experts per layer x40 layers, head = %.3f ms "
+              "(exllamav3 ~6.7 ms: %.1fx; target <= 1.3 ms)\n",
+              token, 6.7 / token);
+  std::printf("  with the latent projections: %.3f ms\n", token + 40 * (lat1 + lat2));
+  if (!all) return 0;
+  std::printf("-- verify and prefill (rows of x) --\n");
+  for (int64_t n : {2, 4, 8, 16, 64}) {
+    const std::string a = "in_proj [18560, 4096] K=4 n=" + std::to_string(n);
+    row(a.c_str(), bench_matmul(be, 18560, 4096, 4, n));
+    const std::string b = "shared up [5376, 4096] K=4 n=" + std::to_string(n);
+    row(b.c_str(), bench_matmul(be, 5376, 4096, 4, n));
+  }
+  row("routed up 16 tokens x 9 [2304, 1024] K=2", bench_gather(be, 128, 9, 2304, 1024, 2, 16));
+  std::printf("-- every K, [16384, 4096], n=1 --\n");
+  for (int K = 1; K <= 8; ++K) {
+    const std::string a = "[16384, 4096] K=" + std::to_string(K);
+    row(a.c_str(), bench_matmul(be, 16384, 4096, K, 1));
+  }
+  return 0;
+}

@@ -1,0 +1,294 @@
+// EXL3 linears on the GPU (formats/exl3/*_cuda.*) against the CPU reference (exl3::reconstruct, then a
+// float64 matmul), for every K 1..8 and codebook on random trellis words: matmul for n = 1..16 and 40
+// with poisoned outputs (padded storage, bias, split sums), rows bit-identical whatever n, the
+// stacked expert gather against per-expert references, dequantize and get_rows, and the exl3-cuda
+// module through the registry. GPU only: every test skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "exl3_test_util.h"
+#include "formats/exl3/exl3_format_cuda.h"
+#include "formats/exl3/matmul_cuda.cuh"
+#include "formats/exl3/trellis.h"
+#include "plugins/backend-cuda/cuda_backend.h"
+#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/error.h"
+#include "tandem/registry.h"
+#include "test_util.h"
+
+namespace tandem::exl3 {
+namespace {
+
+using exl3_test::GroupBuilder;
+using exl3_test::RandomLinear;
+using tandem::test::random_vec;
+
+#define SKIP_WITHOUT_CUDA() \
+  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+struct Dev {
+  std::unique_ptr<Buffer> buf;
+  size_t n = 0;
+  float* p() const { return static_cast<float*>(buf->data()); }
+};
+Dev upload(Backend& be, const std::vector<float>& v) {
+  Dev d{be.alloc(std::max<size_t>(v.size(), 1) * 4), v.size()};
+  be.upload(d.buf->data(), v.data(), v.size() * 4);
+  return d;
+}
+Dev poisoned(Backend& be, size_t n) { return upload(be, std::vector<float>(n, NAN)); }
+std::vector<float> download(Backend& be, const Dev& d) {
+  std::vector<float> v(d.n);
+  be.download(v.data(), d.buf->data(), d.n * 4);
+  return v;
+}
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+
+// y = x · Wᵀ + bias in float64 from the CPU's reconstruction of W (out × in).
+std::vector<double> reference(const Layout& l, const std::vector<float>& x, int64_t n) {
+  const std::vector<float> w = reconstruct(l);
+  const int64_t in = l.in_features, out = l.out_features;
+  std::vector<double> y(size_t(n * out));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = l.bias.empty() ? 0.0 : l.bias[size_t(o)];
+      for (int64_t i = 0; i < in; ++i) s += double(x[size_t(r * in + i)]) * w[size_t(o * in + i)];
+      y[size_t(r * out + o)] = s;
+    }
+  return y;
+}
+// Largest |got − want| over the first `count` values relative to the largest |want|; NaN (unwritten) is
+// infinite.
+double rel_err(const float* got, const std::vector<double>& want, size_t count) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < count; ++i) scale = std::max(scale, std::abs(want[i]));
+  for (size_t i = 0; i < count; ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+  }
+  return worst / scale;
+}
+
+constexpr double kTol = 1e-5;
+
+struct Case {
+  int64_t out, in;  // the model's shape
+  int64_t n, k;     // storage, padded
+  bool bias;
+};
+// Unpadded; padded on both sides with a bias; and a k long enough for several split sums.
+const Case kCases[] = {{128, 128, 128, 128, false}, {200, 300, 256, 384, true}, {256, 1024, 256, 1024, false}};
+
+class Exl3Cuda : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_CUDA();
+    be = std::make_unique<cuda::CudaBackend>();
+  }
+  std::unique_ptr<cuda::CudaBackend> be;
+};
+
+TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant) {
+  const int K = GetParam();
+  double worst = 0;
+  for (int cb = 0; cb < 3; ++cb)
+    for (const Case& c : kCases) {
+      const std::string what = "K " + std::to_string(K) + " " + codebook_name(Codebook(cb)) + " [" +
+                               std::to_string(c.out) + ", " + std::to_string(c.in) + "]";
+      GroupBuilder b;
+      RandomLinear lin(c.k, c.n, K, cb, uint64_t(100 * K + 10 * cb + c.k), 1.0 / std::sqrt(double(c.k)));
+      if (c.bias) lin.add_bias(c.out, 7);
+      lin.store(b, "w");
+      const TensorGroup g = b.group("w", {c.out, c.in});
+      const Layout l = parse_group(g);
+      auto gpu = load_exl3_cuda(g, *be);
+      ASSERT_EQ(gpu->shape(), (std::vector<int64_t>{c.out, c.in}));
+      ASSERT_EQ(gpu->type_name(), "EXL3_K" + std::to_string(K) + "_" + codebook_name(Codebook(cb)));
+      const int64_t N = 40;
+      auto x = random_vec(size_t(N * c.in), uint64_t(K * 31 + cb), -1.f, 1.f);
+      const std::vector<double> want = reference(l, x, N);
+      Dev dx = upload(*be, x);
+      std::vector<float> single(size_t(N * c.out));
+      for (int64_t i = 0; i < N; ++i) {
+        Dev dy = poisoned(*be, size_t(c.out));
+        gpu->matmul(Tensor::f32(dx.p() + i * c.in, 1, c.in), Tensor::f32(dy.p(), 1, c.out));
+        auto y = download(*be, dy);
+        std::copy(y.begin(), y.end(), single.begin() + i * c.out);
+      }
+      const double e1 = rel_err(single.data(), want, single.size());
+      EXPECT_LE(e1, kTol) << what << " n 1";
+      worst = std::max(worst, e1);
+      for (int64_t n = 2; n <= N; n = n == 16 ? N : n + 1) {
+        Dev dy = poisoned(*be, size_t(n * c.out));
+        gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
+        auto y = download(*be, dy);
+        const double e = rel_err(y.data(), want, y.size());
+        EXPECT_LE(e, kTol) << what << " n " << n;
+        worst = std::max(worst, e);
+        if (n <= 16) {  // the decode GEMV: every row has its single-row bits
+          for (int64_t i = 0; i < n; ++i) {
+            EXPECT_TRUE(same_bits(y.data() + i * c.out, single.data() + i * c.out, size_t(c.out)))
+                << what << " n " << n << " row " << i;
+          }
+        }
+      }
+      // Other rows' contents do not matter either: row 0 beside different rows.
+      auto x2 = x;
+      for (size_t i = size_t(c.in); i < x2.size(); ++i) x2[i] = -x2[i] * 3.0f;
+      Dev dx2 = upload(*be, x2), dy2 = poisoned(*be, size_t(16 * c.out));
+      gpu->matmul(Tensor::f32(dx2.p(), 16, c.in), Tensor::f32(dy2.p(), 16, c.out));
+      EXPECT_TRUE(same_bits(download(*be, dy2).data(), single.data(), size_t(c.out))) << what;
+    }
+  std::printf("[measure] K %d matmul vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K, worst, kTol);
+}
+
+TEST_P(Exl3Cuda, DequantizeAndGetRowsEqualTheCpuReconstruction) {
+  const int K = GetParam();
+  const Case c = kCases[1];
+  GroupBuilder b;
+  RandomLinear lin(c.k, c.n, K, 2, uint64_t(K), 0.1);
+  lin.store(b, "w");
+  const TensorGroup g = b.group("w", {c.out, c.in});
+  auto gpu = load_exl3_cuda(g, *be);
+  const std::vector<float> want = reconstruct(parse_group(g));
+  std::vector<float> got(want.size(), NAN);
+  gpu->dequantize(got.data());
+  EXPECT_TRUE(same_bits(got.data(), want.data(), want.size())) << "K " << K;
+  const std::vector<int32_t> ids = {0, 199, 17, 17, 128};
+  Dev out = poisoned(*be, ids.size() * size_t(c.in));
+  gpu->get_rows(ids.data(), int(ids.size()), Tensor::f32(out.p(), int64_t(ids.size()), c.in));
+  auto rows = download(*be, out);
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_TRUE(same_bits(rows.data() + i * size_t(c.in), want.data() + size_t(ids[i]) * size_t(c.in), size_t(c.in)))
+        << "K " << K << " id " << ids[i];
+  const int32_t bad = int32_t(c.out);
+  EXPECT_THROW(gpu->get_rows(&bad, 1, Tensor::f32(out.p(), 1, c.in)), Error);
+}
+
+TEST_P(Exl3Cuda, GatherMatmulMatchesPerExpertReferenceAndOwnMatmulBits) {
+  const int K = GetParam();
+  const int E = 5;
+  double worst = 0;
+  for (int variant = 0; variant < 2; ++variant) {
+    const Case c = variant == 0 ? kCases[1] : kCases[2];
+    const int cb = variant == 0 ? 2 : K % 2;
+    GroupBuilder b;
+    std::vector<TensorGroup> groups;
+    for (int e = 0; e < E; ++e) {
+      RandomLinear lin(c.k, c.n, K, cb, uint64_t(1000 * K + 10 * e + variant), 1.0 / std::sqrt(double(c.k)));
+      if (c.bias && e != 2) lin.add_bias(c.out, uint64_t(e));  // expert 2 without: zeros
+      lin.store(b, "experts." + std::to_string(e));
+    }
+    for (int e = 0; e < E; ++e) groups.push_back(b.group("experts." + std::to_string(e), {c.out, c.in}));
+    auto set = load_exl3_experts_cuda(groups, *be);
+    EXPECT_EQ(set->n_experts(), E);
+    EXPECT_EQ(set->rows(), c.out);
+    EXPECT_EQ(set->cols(), c.in);
+    for (int per_x : {3, 1}) {
+      const int64_t nx = 5, rows = nx * per_x;
+      auto x = random_vec(size_t(nx * c.in), uint64_t(per_x + K), -1.f, 1.f);
+      std::vector<int32_t> ids;
+      for (int64_t r = 0; r < rows; ++r) ids.push_back(int32_t((r * 3 + K) % E));
+      Dev dx = upload(*be, x);
+      auto dids = be->alloc(ids.size() * 4);
+      be->upload(dids->data(), ids.data(), ids.size() * 4);
+      Dev dy = poisoned(*be, size_t(rows * c.out));
+      set->gather_matmul(Tensor::f32(dx.p(), nx, c.in), static_cast<int32_t*>(dids->data()), per_x,
+                         Tensor::f32(dy.p(), rows, c.out));
+      auto got = download(*be, dy);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int e = ids[size_t(r)];
+        const std::vector<float> xr(x.begin() + (r / per_x) * c.in, x.begin() + (r / per_x + 1) * c.in);
+        const std::vector<double> want = reference(parse_group(groups[size_t(e)]), xr, 1);
+        const double err = rel_err(got.data() + r * c.out, want, size_t(c.out));
+        EXPECT_LE(err, kTol) << "K " << K << " row " << r << " expert " << e;
+        worst = std::max(worst, err);
+        // The gathered row has the bits of the expert's own one-row matmul.
+        auto one = load_exl3_cuda(groups[size_t(e)], *be);
+        Dev dxr = upload(*be, xr), dyr = poisoned(*be, size_t(c.out));
+        one->matmul(Tensor::f32(dxr.p(), 1, c.in), Tensor::f32(dyr.p(), 1, c.out));
+        EXPECT_TRUE(same_bits(download(*be, dyr).data(), got.data() + r * c.out, size_t(c.out)))
+            << "K " << K << " row " << r << " expert " << e;
+      }
+      // A prefix of the rows gives the same bits (batch invariance).
+      Dev dy1 = poisoned(*be, size_t(per_x * c.out));
+      set->gather_matmul(Tensor::f32(dx.p(), 1, c.in), static_cast<int32_t*>(dids->data()), per_x,
+                         Tensor::f32(dy1.p(), per_x, c.out));
+      EXPECT_TRUE(same_bits(download(*be, dy1).data(), got.data(), size_t(per_x * c.out))) << "K " << K;
+    }
+    // An id out of range leaves its row NaN instead of reading out of bounds.
+    const std::vector<int32_t> bad = {E, -1};
+    auto dbad = be->alloc(8);
+    be->upload(dbad->data(), bad.data(), 8);
+    Dev dx = upload(*be, random_vec(size_t(2 * c.in), 7)), dy = upload(*be, std::vector<float>(size_t(2 * c.out), 0.f));
+    set->gather_matmul(Tensor::f32(dx.p(), 2, c.in), static_cast<int32_t*>(dbad->data()), 1,
+                       Tensor::f32(dy.p(), 2, c.out));
+    for (float v : download(*be, dy)) EXPECT_TRUE(std::isnan(v)) << "K " << K;
+  }
+  std::printf("[measure] K %d gather_matmul vs per-expert cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K,
+              worst, kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, Exl3Cuda, ::testing::Range(1, 9),
+                         [](const auto& info) { return "K" + std::to_string(info.param); });
+
+TEST(Exl3CudaExperts, MixedBitsAreAnErrorNamingTheExpert) {
+  SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  GroupBuilder b;
+  RandomLinear(128, 128, 2, 2, 1).store(b, "experts.0");
+  RandomLinear(128, 128, 3, 2, 2).store(b, "experts.1");
+  try {
+    load_exl3_experts_cuda({b.group("experts.0"), b.group("experts.1")}, be);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("experts.1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Exl3CudaPlugin, RegistryServesTheCudaProviderForCuda) {
+  SKIP_WITHOUT_CUDA();
+  PluginRegistry reg;
+  reg.load_directory(tandem::test::plugin_dir());
+  bool found = false;
+  for (const auto& p : reg.providers())
+    if (p.kind == TANDEM_KIND_FORMAT && p.name == "exl3" && p.device == "cuda") found = true;
+  ASSERT_TRUE(found) << "libtandem-exl3-cuda.so did not register exl3/cuda";
+  auto be = reg.backend("cuda");
+  auto fmt = reg.format("exl3", "cuda");
+  GroupBuilder b;
+  RandomLinear lin(256, 128, 4, 2, 5, 0.1);
+  lin.store(b, "layer.up_proj");
+  const TensorGroup g = b.group("layer.up_proj", {100, 256});
+  EXPECT_EQ(fmt->probe_group(g), 30);
+  auto t = fmt->load(g, *be);
+  EXPECT_EQ(t->type_name(), "EXL3_K4_mul1");
+  EXPECT_EQ(t->shape(), (std::vector<int64_t>{100, 256}));
+  std::vector<float> a(100 * 256);
+  t->dequantize(a.data());
+  const std::vector<float> want = reconstruct(parse_group(g));
+  EXPECT_TRUE(same_bits(a.data(), want.data(), a.size()));
+  auto set = fmt->load_experts({g, g}, *be);
+  ASSERT_TRUE(set != nullptr);
+  EXPECT_EQ(set->n_experts(), 2);
+  // A CPU backend still gets the CPU tensors.
+  auto cpu_be = reg.backend("cpu");
+  EXPECT_EQ(fmt->load(g, *cpu_be)->type_name(), "EXL3_K4_mul1");
+  // Errors name the tensor.
+  GroupBuilder bad;
+  bad.add_words("bad.trellis", {16, 8, 40}, std::vector<uint16_t>(16 * 8 * 40));
+  bad.add_f16("bad.suh", std::vector<uint16_t>(256));
+  bad.add_f16("bad.svh", std::vector<uint16_t>(128));
+  try {
+    fmt->load(bad.group("bad"), *be);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.trellis"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::exl3
