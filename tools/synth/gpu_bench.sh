@@ -24,5 +24,6 @@ for spec in ${BENCHES:-bolt_iq2 bolt_uniform_iq2 nano_bf16}; do
     bolt_iq2) run bolt_iq2 --synth bolt --mix gguf-iq2 "$@" ;;
     bolt_uniform_iq2) run bolt_uniform_iq2 --synth bolt --uniform --mix gguf-iq2 "$@" ;;
     nano_bf16) run nano_bf16 --synth nano --mix bf16 "$@" ;;
+    bolt_exl3) run bolt_exl3 --synth bolt --mix exl3-2 "$@" ;;
   esac
 done

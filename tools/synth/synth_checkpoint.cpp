@@ -8,6 +8,7 @@
 
 #include "synth_data.h"
 #include "synth_model.h"
+#include "synth_write.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
 
@@ -23,9 +24,9 @@ bool pooled(const Plan& plan, const StoredTensor& t) {
   return !t.scale && (init == Init::Linear || init == Init::Embedding);
 }
 
-using PoolKey = std::tuple<int, int, int64_t>;  // ggml type, init, row length
+using PoolKey = std::tuple<int, int, int64_t, int>;  // ggml type, init, row length, EXL3 part
 PoolKey key_of(const Plan& plan, const StoredTensor& t) {
-  return {t.ggml_type, int(plan.weights[size_t(t.weight)].init), t.row_len};
+  return {t.ggml_type, int(plan.weights[size_t(t.weight)].init), t.row_len, t.exl3_part};
 }
 
 struct PoolSize {
@@ -94,7 +95,7 @@ void SynthCheckpoint::add_views(const StoredTensor& t, const uint8_t* data) {
     check(fresh, "synth: tensor '", name, "' appears twice");
     tensors_.push_back(RawTensor{std::move(name), std::move(dtype), std::move(shape), p, bytes, label_});
   };
-  if (plan_.mix == Mix::Bf16) return add(t.name, t.dtype, t.shape, data, t.nbytes);
+  if (plan_.mix != Mix::GgufIq2) return add(t.name, t.dtype, t.shape, data, t.nbytes);
   // As GgufCheckpoint names a GGUF file's tensors.
   if (t.scale) {
     const std::string base = w.view_name.substr(0, w.view_name.size() - std::string(".weight").size());
@@ -106,7 +107,7 @@ void SynthCheckpoint::add_views(const StoredTensor& t, const uint8_t* data) {
     add(w.expert_name(w.view_name, e), t.dtype, w.view_shape, data + size_t(e) * per, per);
 }
 
-std::string SynthCheckpoint::config_json() const { return synth::config_json(plan_.desc); }
+std::string SynthCheckpoint::config_json() const { return plan_config_json(plan_); }
 
 const RawTensor* SynthCheckpoint::find(const std::string& name) const {
   auto it = index_.find(name);

@@ -115,6 +115,29 @@ void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int
     }
     return;
   }
+  if (t.exl3_part == StoredTensor::kExl3Trellis) {  // any word stream is a valid tail-biting trellis
+    for (int64_t r = r0; r < r1; ++r) {
+      Rng rng = row_rng(stream, r);
+      random_bytes(rng, out + size_t(r - r0) * t.row_bytes, t.row_bytes);
+    }
+    return;
+  }
+  if (t.exl3_part == StoredTensor::kExl3Suh || t.exl3_part == StoredTensor::kExl3Svh) {
+    // Random signs; |suh| = the initializer's std and |svh| = 1, so that W = suh·H·Ŵ·H·svh (Ŵ of unit
+    // rms for mul1) has the initializer's scale and activations stay O(1).
+    const float mag = t.exl3_part == StoredTensor::kExl3Suh ? float(w.stddev) : 1.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      Rng rng = row_rng(stream, r);
+      uint8_t* row = out + size_t(r - r0) * t.row_bytes;
+      for (int64_t c = 0; c < t.row_len; ++c) put_f16(row + c * 2, rng.next() & 1 ? -mag : mag);
+    }
+    return;
+  }
+  if (t.exl3_part == StoredTensor::kExl3Mul1) {
+    const uint32_t marker = 0x83DCD12Du;
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(out + size_t(r - r0) * 4, &marker, 4);
+    return;
+  }
   // GGUF stores A itself (−exp(A_log)), HF stores A_log.
   const Init init = w.init == Init::ALog && plan.mix == Mix::GgufIq2 ? Init::A : w.init;
   const int type = t.ggml_type;

@@ -161,15 +161,49 @@ StoredTensor stored(std::string name, const std::string& dtype, std::vector<int6
   return s;
 }
 
+// exl3-2: the bits of a linear, or 0 for a tensor that stays unquantized (spec/formats.md § 5.10).
+int exl3_bits(Role role) {
+  switch (role) {
+    case Role::Routed: return 2;
+    case Role::Head: return 6;
+    case Role::MambaProj:
+    case Role::Attention:
+    case Role::Latent:
+    case Role::Shared:
+    case Role::Mlp: return 4;
+    default: return 0;
+  }
+}
+
+// The tensors of one EXL3 linear `name` ("….weight"): trellis [k/16, n/16, 16K] int16 with k = in and
+// n = out padded to multiples of 128, suh [k] and svh [n] fp16, and the mul1 marker.
+std::vector<StoredTensor> exl3_tensors(const Weight& w, const std::string& name, int weight) {
+  const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+  const int K = exl3_bits(w.role);
+  auto pad = [](int64_t d) { return (d + 127) / 128 * 128; };
+  const int64_t n = pad(w.hf_shape[0]), k = pad(w.hf_shape[1]);
+  std::vector<StoredTensor> out;
+  auto part = [&](std::string suffix, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int kind) {
+    out.push_back(stored(base + suffix, dtype, std::move(shape), row_len, weight));
+    out.back().exl3_part = kind;
+  };
+  part(".trellis", "I16", {k / 16, n / 16, 16 * int64_t(K)}, 16 * int64_t(K), StoredTensor::kExl3Trellis);
+  part(".suh", "F16", {k}, k, StoredTensor::kExl3Suh);
+  part(".svh", "F16", {n}, n, StoredTensor::kExl3Svh);
+  part(".mul1", "I32", {}, 1, StoredTensor::kExl3Mul1);
+  return out;
+}
+
 }  // namespace
 
 Mix parse_mix(const std::string& name) {
   if (name == "gguf-iq2") return Mix::GgufIq2;
   if (name == "bf16") return Mix::Bf16;
-  fail("synth: unknown mix '", name, "' (expected gguf-iq2 or bf16)");
+  if (name == "exl3-2") return Mix::Exl3_2;
+  fail("synth: unknown mix '", name, "' (expected gguf-iq2, bf16 or exl3-2)");
 }
 
-const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : "bf16"; }
+const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : mix == Mix::Bf16 ? "bf16" : "exl3-2"; }
 
 int64_t Weight::numel() const {
   int64_t n = 1;
@@ -197,6 +231,12 @@ Plan make_plan(const ModelDesc& desc, Mix mix) {
         p.tensors.push_back(stored(base + ".scale", "F32", {1}, 1, int(wi)));
         p.tensors.back().scale = true;
       }
+    } else if (mix == Mix::Exl3_2 && exl3_bits(w.role) > 0) {
+      for (int e = 0; e < std::max(w.n_experts, 1); ++e)
+        for (StoredTensor& s : exl3_tensors(w, w.expert_name(w.hf_name, e), int(wi))) {
+          if (w.n_experts > 0) s.expert = e;
+          p.tensors.push_back(std::move(s));
+        }
     } else {
       const std::string type = w.role == Role::RouterBias ? "F32" : "BF16";
       for (int e = 0; e < std::max(w.n_experts, 1); ++e) {

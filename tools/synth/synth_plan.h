@@ -17,9 +17,12 @@ namespace tandem::synth {
 // attention, latent projections, lm_head and embedding Q8_0, router, norms and Mamba vectors F32
 // (spec/formats.md § 4.1). A row length a type cannot hold falls back as llama-quantize does (IQ2_XXS →
 // IQ4_NL, NVFP4 → Q8_0, Q8_0 → F16). bf16: an HF folder, every tensor BF16 except the router's
-// correction bias (F32).
-enum class Mix { GgufIq2, Bf16 };
-Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16"; errors list the names
+// correction bias (F32). exl3-2: an HF folder in the layout of exllamav3's Bolt 2.0 pack (spec/formats.md
+// § 5.10): routed experts K=2; Mamba, attention, latent, shared (and dense MLP) projections K=4;
+// lm_head K=6; mul1 codebook; random trellis words (every word stream is a valid tail-biting trellis),
+// suh = ±std and svh = ±1 so that W has the initializer's scale; the rest as in bf16.
+enum class Mix { GgufIq2, Bf16, Exl3_2 };
+Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2"; errors list the names
 const char* mix_name(Mix mix);
 
 // What a weight is for: decides its type in a mix and which weights a decode step reads.
@@ -68,6 +71,8 @@ struct StoredTensor {
   int weight = -1;             // index into Plan::weights
   int expert = -1;             // safetensors: which routed expert
   bool scale = false;          // the NVFP4 per-tensor scale of `weight`
+  int exl3_part = kExl3None;   // exl3 mix: which tensor of the EXL3 linear this is
+  enum : int { kExl3None = 0, kExl3Trellis, kExl3Suh, kExl3Svh, kExl3Mul1 };
 };
 
 struct Totals {

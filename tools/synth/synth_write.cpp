@@ -179,6 +179,19 @@ gguf::Metadata gguf_metadata(const Plan& plan, const std::string& name) {
   return m;
 }
 
+std::string plan_config_json(const Plan& plan) {
+  std::string cfg = config_json(plan.desc);
+  if (plan.mix != Mix::Exl3_2) return cfg;
+  // As exllamav3 writes it (spec/formats.md § 5.2); the loader infers format, K and codebook from the
+  // tensors themselves.
+  const size_t end = cfg.rfind('}');
+  check(end != std::string::npos, "synth: config.json text has no closing brace");
+  return cfg.substr(0, end) +
+         ", \"quantization_config\": {\"quant_method\": \"exl3\", \"version\": \"0.0.0\", \"bits\": 2.0, "
+         "\"head_bits\": 6, \"calibration\": {\"rows\": 0, \"cols\": 0}, \"out_scales\": \"never\", "
+         "\"codebook\": \"mul1\"}}";
+}
+
 void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const Progress& progress) {
   check(plan.mix == Mix::GgufIq2, "synth: write_gguf needs the gguf-iq2 mix, found ", mix_name(plan.mix));
   std::vector<gguf::TensorLayout> layout;
@@ -199,7 +212,7 @@ void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const 
 
 void write_hf_folder(const Plan& plan, const std::string& dir, uint64_t seed, size_t shard_bytes,
                      const Progress& progress) {
-  check(plan.mix == Mix::Bf16, "synth: write_hf_folder needs the bf16 mix, found ", mix_name(plan.mix));
+  check(plan.mix != Mix::GgufIq2, "synth: write_hf_folder needs an HF mix (bf16, exl3-2), found ", mix_name(plan.mix));
   std::filesystem::create_directories(dir);
   // Shards in tensor order, each up to shard_bytes.
   std::vector<std::vector<size_t>> shards(1);
@@ -229,7 +242,7 @@ void write_hf_folder(const Plan& plan, const std::string& dir, uint64_t seed, si
   }
   safetensors::write_index((std::filesystem::path(dir) / "model.safetensors.index.json").string(), weight_map);
   std::ofstream cfg(std::filesystem::path(dir) / "config.json", std::ios::trunc);
-  cfg << config_json(plan.desc) << "\n";
+  cfg << plan_config_json(plan) << "\n";
   cfg.close();
   check(bool(cfg), "synth: cannot write '", (std::filesystem::path(dir) / "config.json").string(), "'");
 }
