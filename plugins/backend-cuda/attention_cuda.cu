@@ -15,8 +15,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTile = kThreads;
 constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
 
-__global__ void attention_kernel(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int nq,
-                                 int nkv, int hd, float scale, float* out) {
+__global__ void attention_kernel(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0_arg,
+                                 const int64_t* pos0_device, int nq, int nkv, int hd, float scale, float* out) {
+  const int64_t pos0 = pos0_device ? *pos0_device : pos0_arg;
   extern __shared__ float smem[];
   float* qs = smem;          // [hd]
   float* ps = qs + hd;       // [kTile] scores, then probabilities
@@ -79,15 +80,33 @@ __global__ void attention_kernel(const float* q, const float* kc, const float* v
   }
 }
 
+// Element i of the n·kw new values of k and of v into the cache rows from *pos0.
+__global__ void kv_append_kernel(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0,
+                                 float* kc, float* vc) {
+  const int64_t off = *pos0 * kw, total = n * kw;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    kc[off + i] = k[i];
+    vc[off + i] = v[i];
+  }
+}
+
 }  // namespace
 
+void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0_device,
+                      float* k_cache, float* v_cache, cudaStream_t stream) {
+  if (n == 0 || kw == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n * kw, 256), 65535));
+  kv_append_kernel<<<blocks, 256, 0, stream>>>(k, v, n, kw, pos0_device, k_cache, v_cache);
+  check_launch("kv_append");
+}
+
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
-                      int nkv, int hd, float* out, cudaStream_t stream) {
+                      int nkv, int hd, float* out, cudaStream_t stream, const int64_t* pos0_device) {
   if (n == 0) return;
   check(hd <= kMaxHeadDim, "attention (cuda): head_dim ", hd, " exceeds the kernel's limit ", kMaxHeadDim);
   const size_t smem = size_t(hd + kTile) * sizeof(float);
   dim3 grid(unsigned(nq), unsigned(std::min<int64_t>(n, 65535)));
-  attention_kernel<<<grid, kThreads, smem, stream>>>(q, k_cache, v_cache, n, pos0, nq, nkv, hd,
+  attention_kernel<<<grid, kThreads, smem, stream>>>(q, k_cache, v_cache, n, pos0, pos0_device, nq, nkv, hd,
                                                      1.0f / sqrtf(float(hd)), out);
   check_launch("attention");
 }

@@ -30,6 +30,7 @@ class BlockPool {
   void* get(size_t bytes, size_t& got) {
     const size_t r = round(bytes);
     std::lock_guard<std::mutex> lock(mu_);
+    ++handed_out_;
     auto it = free_.lower_bound(r);
     if (it != free_.end() && it->first < 2 * r) {
       got = it->first;
@@ -55,6 +56,16 @@ class BlockPool {
   void put(void* p, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
     free_.emplace(size, p);
+    ++released_;
+  }
+
+  uint64_t released() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return released_;
+  }
+  uint64_t handed_out() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return handed_out_;
   }
 
   size_t held() const {
@@ -84,6 +95,7 @@ class BlockPool {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;
   size_t held_ = 0, peak_ = 0;
+  uint64_t released_ = 0, handed_out_ = 0;  // graph bookkeeping: buffers returned / handed out so far
 };
 
 namespace {
@@ -104,6 +116,18 @@ class DeviceBuffer final : public Buffer {
   std::shared_ptr<BlockPool> pool_;
   void* data_ = nullptr;
   size_t bytes_ = 0, block_ = 0;
+};
+
+class CudaGraph final : public Graph {
+ public:
+  explicit CudaGraph(cudaGraphExec_t exec) : exec_(exec) {}
+  ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void launch() override { check_cuda(cudaGraphLaunch(exec_, stream()), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraphExec_t exec_;
 };
 
 void check_copy(const char* op, const void* dst, const void* src, size_t bytes) {
@@ -142,6 +166,39 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
 void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
 
 size_t CudaBackend::pool_bytes() const { return pool_->held(); }
+
+uint64_t CudaBackend::memory_epoch() const { return pool_->released(); }
+
+bool CudaBackend::begin_capture() {
+  check(!capturing_, "cuda: begin_capture while a capture is open");
+  // Relaxed: an allocation during the capture must not fail (it is detected and the recording
+  // dropped instead); a synchronizing call on the stream still fails and invalidates the capture.
+  check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  capturing_ = true;
+  capture_allocs_ = pool_->handed_out();
+  capture_epoch_ = pool_->released();
+  return true;
+}
+
+std::unique_ptr<Graph> CudaBackend::end_capture() {
+  check(capturing_, "cuda: end_capture without begin_capture");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+  if (ended != cudaSuccess || !graph) {
+    (void)cudaGetLastError();  // an invalidated capture is reported here; nothing ran
+    if (graph) (void)cudaGraphDestroy(graph);
+    return nullptr;
+  }
+  const bool clean = pool_->handed_out() == capture_allocs_ && pool_->released() == capture_epoch_;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t made = cudaSuccess;
+  if (clean) made = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (!clean) return nullptr;
+  check_cuda(made, "cudaGraphInstantiate");
+  return std::make_unique<CudaGraph>(exec);
+}
 
 size_t CudaBackend::peak_memory_bytes() const { return pool_->peak(); }
 
@@ -206,8 +263,9 @@ void CudaBackend::relu2(const Tensor& x) {
   launch_relu2(x.f32(), x.numel(), stream());
 }
 
-void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
-                            int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) {
+void CudaBackend::check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
+                                  const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
+                                  const Tensor& out) const {
   if (nq <= 0 || nkv <= 0 || hd <= 0)
     fail("attention: heads and head_dim must be positive, found nq=", nq, " nkv=", nkv, " hd=", hd);
   if (nq % nkv != 0) fail("attention: query heads ", nq, " are not a multiple of kv heads ", nkv);
@@ -220,6 +278,12 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, f
     fail("attention: positions [", pos0, ", ", pos0 + n, ") exceed the cache capacity ", capacity);
   check_ptr("attention", "k_cache", k_cache);
   check_ptr("attention", "v_cache", v_cache);
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                            int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) {
+  check_attention(q, k, v, k_cache, v_cache, capacity, pos0, nq, nkv, hd, out);
+  const int64_t n = q.rows, kw = int64_t(nkv) * hd;
   if (n == 0) return;
   // The new rows first (stream order puts them before the kernel); the caller may have projected
   // k/v straight into the cache rows, then there is nothing to copy.
@@ -229,6 +293,17 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, f
   if (k.f32() != kdst) check_cuda(cudaMemcpyAsync(kdst, k.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: k to cache");
   if (v.f32() != vdst) check_cuda(cudaMemcpyAsync(vdst, v.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: v to cache");
   launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), stream());
+}
+
+void CudaBackend::attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                               int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                               const Tensor& out) {
+  check_attention(q, k, v, k_cache, v_cache, capacity, pos0, nq, nkv, hd, out);
+  check_ptr("attention", "pos0_device", pos0_device);
+  const int64_t n = q.rows, kw = int64_t(nkv) * hd;
+  if (n == 0) return;
+  launch_kv_append(k.f32(), v.f32(), n, kw, pos0_device, k_cache, v_cache, stream());
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), stream(), pos0_device);
 }
 
 void CudaBackend::moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,

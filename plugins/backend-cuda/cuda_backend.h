@@ -3,7 +3,8 @@
 // Owner: the registry creates one CudaBackend per request; buffers share the allocator's pool, which
 // lives until the backend and its last buffer are gone. Thread: one driving thread (the engine
 // thread). Sync: every op is queued on the stream (cuda_util.cuh) and returns at once; only
-// download(), synchronize() and sample() of device logits wait.
+// download(), synchronize() and sample() of device logits wait. Graphs: begin_capture() records the
+// stream (every CUDA module queues on it) until end_capture(); see tandem/backend.h.
 #pragma once
 #include <memory>
 #include <string>
@@ -35,6 +36,10 @@ class CudaBackend final : public Backend {
   void relu2(const Tensor& x) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
+  // The new k/v rows are written by a kernel at *pos0_device and the attention kernel reads it too.
+  void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                    int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                    const Tensor& out) override;
   void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                  float* weights) override;
   void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) override;
@@ -49,8 +54,22 @@ class CudaBackend final : public Backend {
   // Bytes the pool holds from cudaMalloc (in use and cached), for tests and reports.
   size_t pool_bytes() const;
 
+  // Stream capture in relaxed mode on this thread's stream. A buffer allocated or released while
+  // recording makes end_capture() discard the recording (it would bake in a memset or a freed
+  // address); the caller runs the work again without capture.
+  bool begin_capture() override;
+  std::unique_ptr<Graph> end_capture() override;
+  // Buffers released to the pool so far.
+  uint64_t memory_epoch() const override;
+
  private:
+  void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
+                       const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
+                       const Tensor& out) const;
+
   std::shared_ptr<BlockPool> pool_;
+  bool capturing_ = false;
+  uint64_t capture_allocs_ = 0, capture_epoch_ = 0;
 };
 
 }  // namespace tandem::cuda

@@ -27,10 +27,15 @@ void launch_relu2(float* x, int64_t n, cudaStream_t stream);
 void launch_moe_combine(const float* expert_out, const float* weights, int k, int64_t rows, int64_t cols,
                         float* out, cudaStream_t stream);
 // Attention of n query rows at positions pos0.. over caches that already hold rows 0 .. pos0+n−1.
-// q, out [n, nq·hd]; caches [capacity, nkv·hd]. hd ≤ kMaxHeadDim.
+// q, out [n, nq·hd]; caches [capacity, nkv·hd]. hd ≤ kMaxHeadDim. With pos0_device (an int64 in
+// device memory) the kernel reads the position there when it runs and pos0 is not used.
 constexpr int kMaxHeadDim = 512;
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
-                      int nq, int nkv, int hd, float* out, cudaStream_t stream);
+                      int nq, int nkv, int hd, float* out, cudaStream_t stream,
+                      const int64_t* pos0_device = nullptr);
+// Rows k, v [n, kw] into the caches at rows *pos0_device .. *pos0_device + n − 1.
+void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0_device,
+                      float* k_cache, float* v_cache, cudaStream_t stream);
 // logits [rows, E]; bias [E] or null; ids/weights [rows, top_k]. Parameters already validated.
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
                       float* weights, cudaStream_t stream);

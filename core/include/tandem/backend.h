@@ -44,6 +44,16 @@ struct Rng {
   double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
 };
 
+// Work recorded by Backend::begin_capture()/end_capture() (a CUDA graph), queued again as a whole by
+// launch(). It reads and writes the same device addresses every time, with the kernel arguments of
+// the capture; whatever varies between launches must live in device memory.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  // Queues the recorded work on the backend's stream; does not synchronize.
+  virtual void launch() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,6 +84,16 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache,
                          float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                          const Tensor& out) = 0;
+  // Optional (graph capture): attention() with the position read from device memory when the work
+  // runs: *pos0_device (int64, written in stream order before) must equal pos0, the host's copy, which
+  // is used for validation only. One recorded launch then serves every position.
+  // Default: attention() with pos0 (backends that cannot capture have no use for the device copy).
+  virtual void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                            int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                            const Tensor& out) {
+    (void)pos0_device;
+    attention(q, k, v, k_cache, v_cache, capacity, pos0, nq, nkv, hd, out);
+  }
   // Sigmoid router: s = sigmoid(logits); selection by s + bias (bias may be null) with
   // group-limited routing; weights from s, renormalized if asked, times scaling.
   // logits [n, E]; ids/weights [n, k], ordered by descending selection score (ties: lower id).
@@ -94,6 +114,17 @@ class Backend {
   virtual double measure_copy_bandwidth() { return 0.0; }
   // The most device memory this backend has held at once, in bytes (0 = unknown).
   virtual size_t peak_memory_bytes() const { return 0; }
+
+  // Optional: graph capture (CUDA graphs). Between begin_capture() and end_capture() the ops queued on
+  // this thread are recorded, not run. begin_capture() returns false when the backend cannot capture
+  // (the default); then nothing is recording. end_capture() returns the graph, or nullptr when the
+  // recording cannot be replayed (an allocation or release of a buffer happened during it); a queued
+  // op that synchronizes throws during the capture, after which end_capture() must still be called.
+  virtual bool begin_capture() { return false; }
+  virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
+  // A counter that changes whenever a buffer of this backend is released: a graph recorded under
+  // another value may hold addresses that were freed (or handed to someone else) since.
+  virtual uint64_t memory_epoch() const { return 0; }
 };
 
 }  // namespace tandem
