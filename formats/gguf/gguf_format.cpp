@@ -3,7 +3,9 @@
 #include "gguf_format.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "gguf_checkpoint.h"
 #include "gguf_file.h"
@@ -33,7 +35,30 @@ float scale_value(const RawTensor* s) {
   return v;
 }
 
+// Calls out(i, r) for every activation row i < n and weight row r < m (rows of k elements): parallel
+// over weight rows, with tiles of activation rows kept hot while the weight rows stream past.
+template <typename Out>
+void for_each_output(int64_t n, int64_t m, int64_t k, const Out& out) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, k * std::min(n, kRowTile)));
+  parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < n; t0 += kRowTile) {
+      const int64_t t1 = std::min(n, t0 + kRowTile);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t i = t0; i < t1; ++i) out(i, r);
+    }
+  });
+}
+
 }  // namespace
+
+bool llama_activations_requested() {
+  const char* v = std::getenv("TANDEM_GGUF_ACTIVATIONS");
+  const std::string mode = v ? v : "";
+  if (mode.empty() || mode == "f32") return false;
+  check(mode == "llama", "gguf: environment variable TANDEM_GGUF_ACTIVATIONS is '", mode,
+        "', expected 'f32' (the default) or 'llama'");
+  return true;
+}
 
 int GgufFormat::probe_path(const std::string& path) const { return probe_checkpoint(path); }
 
@@ -53,11 +78,12 @@ std::unique_ptr<QuantizedTensor> GgufFormat::load(const TensorGroup& group, Back
   const QuantType* type = find_type(t->dtype);
   check(type != nullptr, "gguf: tensor '", t->name, "' has ggml type ", t->dtype,
         ", which tandem cannot compute (no CPU kernel for it)");
-  return std::make_unique<GgufTensor>(*t, *type, t == group.member("weight") ? group.member("scale") : nullptr);
+  return std::make_unique<GgufTensor>(*t, *type, t == group.member("weight") ? group.member("scale") : nullptr,
+                                      llama_activations_requested());
 }
 
-GgufTensor::GgufTensor(const RawTensor& raw, const QuantType& type, const RawTensor* scale)
-    : name_(raw.name), type_(type), data_(raw.data), nbytes_(raw.nbytes) {
+GgufTensor::GgufTensor(const RawTensor& raw, const QuantType& type, const RawTensor* scale, bool llama_activations)
+    : name_(raw.name), type_(type), data_(raw.data), nbytes_(raw.nbytes), llama_activations_(llama_activations) {
   shape_ = raw.shape;
   int64_t numel = 1;
   for (int64_t d : shape_) numel *= d;
@@ -72,18 +98,29 @@ GgufTensor::GgufTensor(const RawTensor& raw, const QuantType& type, const RawTen
 }
 
 void GgufTensor::matmul_raw(const Tensor& x, const Tensor& y) const {
+  if (llama_activations_ && type_.act != ActFormat::F32) return matmul_llama(x, y);
+  const float* xs = x.f32();
+  float* ys = y.f32();
+  const int64_t m = rows(), k = row_len_;
+  for_each_output(x.rows, m, k, [&](int64_t i, int64_t r) {
+    ys[i * m + r] = type_.dot(data_ + r * row_bytes_, xs + i * k, k) * scale_;
+  });
+}
+
+void GgufTensor::matmul_llama(const Tensor& x, const Tensor& y) const {
   const float* xs = x.f32();
   float* ys = y.f32();
   const int64_t n = x.rows, m = rows(), k = row_len_;
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, k * std::min(n, kRowTile)));
-  parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t t0 = 0; t0 < n; t0 += kRowTile) {
-      const int64_t t1 = std::min(n, t0 + kRowTile);
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* w = data_ + r * row_bytes_;
-        for (int64_t i = t0; i < t1; ++i) ys[i * m + r] = type_.dot(w, xs + i * k, k) * scale_;
-      }
-    }
+  const int64_t xb = act_row_bytes(type_.act, k);
+  // Scratch of the calling thread, kept for the next matmul (a Model runs on one thread at a time).
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(size_t(n * xb));
+  uint8_t* xa = scratch.data();
+  parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) quantize_activations(type_.act, xs + i * k, xa + i * xb, k);
+  });
+  for_each_output(n, m, k, [&](int64_t i, int64_t r) {
+    ys[i * m + r] = type_.dot_act(data_ + r * row_bytes_, xa + i * xb, k) * scale_;
   });
 }
 

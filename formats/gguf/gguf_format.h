@@ -11,6 +11,12 @@
 
 namespace tandem::gguf {
 
+// Activations. By default a matmul multiplies fp32 activations by the exactly decoded weights. With
+// TANDEM_GGUF_ACTIVATIONS=llama in the environment when a tensor loads, its CPU matmul instead rounds
+// each activation row as llama.cpp's CPU path does (QuantType::act: Q8_0, Q8_K, F16 or BF16 by weight
+// type) and multiplies with QuantType::dot_act, to compare logits with llama.cpp's (the oracle;
+// docs/gguf-oracle.md has how closely they agree). Slower; CPU kernels only (the CUDA module ignores it).
+// "f32" or unset is the default; any other value is a load error.
 class GgufFormat final : public WeightFormat {
  public:
   int probe_path(const std::string& path) const override;
@@ -30,7 +36,8 @@ class GgufFormat final : public WeightFormat {
 class GgufTensor final : public QuantizedTensor {
  public:
   // `scale` may be null. Errors name the tensor: shape/size mismatch, ne[0] not a whole number of blocks.
-  GgufTensor(const RawTensor& raw, const QuantType& type, const RawTensor* scale);
+  // `llama_activations`: round activations as llama.cpp does (see GgufFormat).
+  GgufTensor(const RawTensor& raw, const QuantType& type, const RawTensor* scale, bool llama_activations = false);
 
   std::string type_name() const override { return type_.name; }
   size_t bytes() const override { return nbytes_; }
@@ -44,6 +51,9 @@ class GgufTensor final : public QuantizedTensor {
   void matmul_raw(const Tensor& x, const Tensor& y) const override;
 
  private:
+  // The llama.cpp-compatible matmul: each row of x rounded once to type_.act, then dot_act per output.
+  void matmul_llama(const Tensor& x, const Tensor& y) const;
+
   std::string name_;
   const QuantType& type_;
   const uint8_t* data_;
@@ -52,6 +62,10 @@ class GgufTensor final : public QuantizedTensor {
   int64_t n_rows_;     // rows of row_len_ elements
   int64_t row_bytes_;
   float scale_ = 1.0f;
+  bool llama_activations_ = false;
 };
+
+// TANDEM_GGUF_ACTIVATIONS read now: true for "llama", false for "f32" or unset; else an error.
+bool llama_activations_requested();
 
 }  // namespace tandem::gguf

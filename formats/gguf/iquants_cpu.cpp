@@ -157,14 +157,18 @@ void decode_iq3_s(const uint8_t* blk, float* y) {
 // ±IQ1M_DELTA by the group's shift bit: a load, because a branch on random bits mispredicts.
 constexpr float kIq1Delta[2] = {0.125f, -0.125f};
 
+// Reads the four u16 scale words into sc and returns the super-scale d spread over their top nibbles.
+inline float iq1_m_scales(const uint8_t* blk, uint16_t (&sc)[4]) {
+  std::memcpy(sc, blk + 48, 8);
+  return half_to_float(uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
+}
+
 void decode_iq1_m(const uint8_t* blk, float* y) {
   const FloatGrids& fg = float_grids();
   const uint8_t* qs = blk;
   const uint8_t* qh = blk + 32;
   uint16_t sc[4];
-  std::memcpy(sc, blk + 48, 8);
-  const float d =
-      half_to_float(uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
+  const float d = iq1_m_scales(blk, sc);
   for (int ib = 0; ib < 8; ++ib) {
     for (int l = 0; l < 4; ++l) {
       // Groups 0–1 take the low 3-bit sub-scale, groups 2–3 the next; odd groups read qh's high nibble.
@@ -178,6 +182,122 @@ void decode_iq1_m(const uint8_t* blk, float* y) {
       store4(yg + 4, dl * (load4(g + 4) + delta));
     }
   }
+}
+
+// ---- llama.cpp-compatible products (quant.h dot_act) against Q8_K activations: the signed grid values
+// as int8 codes, integer sums per sub-block times the small odd scales, then one float scale per block
+// (llama.cpp's vec_dot_<t>_q8_K; the constant factor 1/8 or 1/4 of the scales comes last).
+
+// Bytes of a grid word as codes, negated where the sign mask has a bit.
+template <typename Word>
+inline void put_codes(Word grid, uint32_t signs, int count, int8_t* w) {
+  for (int j = 0; j < count; ++j) {
+    const int v = int((grid >> (8 * j)) & 0xFF);
+    w[j] = int8_t((signs >> j) & 1 ? -v : v);
+  }
+}
+
+// The Q8_K product of the types with an fp16 d in front: Sub(blk, ib, x) is sub-block ib's integer sum,
+// codes times x times its odd scales; `factor` is the scales' common 1/8 or 1/4.
+template <int kBytes, int32_t (*Sub)(const uint8_t*, int, const int8_t*)>
+float dot_act_q8k(const uint8_t* blk, const ActQ8_K* y, int64_t nb, float factor) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, blk += kBytes) {
+    int32_t bsum = 0;
+    for (int ib = 0; ib < 8; ++ib) bsum += Sub(blk, ib, y[i].q + kSub * ib);
+    sum += (half_to_float(load_u16(blk)) * y[i].d) * float(bsum);
+  }
+  return factor * sum;
+}
+
+// IQ2_XS and IQ2_S: groups 0–1 of a sub-block take the low 4-bit scale, groups 2–3 the high one.
+inline int32_t two_scale_sum(const int8_t* w, const int8_t* x, uint8_t sc) {
+  return (2 * (sc & 15) + 1) * dot_i8(w, x, 16) + (2 * (sc >> 4) + 1) * dot_i8(w + 16, x + 16, 16);
+}
+
+int32_t sub_iq2_xxs(const uint8_t* blk, int ib, const int8_t* x) {
+  const uint32_t a0 = load_u32(blk + 2 + 8 * ib), a1 = load_u32(blk + 6 + 8 * ib);
+  int8_t w[kSub];
+  for (int l = 0; l < 4; ++l)
+    put_codes(iq2xxs_grid[(a0 >> 8 * l) & 255], ksigns_iq2xs[(a1 >> 7 * l) & 127], kGroup, w + kGroup * l);
+  return int32_t(2 * (a1 >> 28) + 1) * dot_i8(w, x, kSub);
+}
+
+int32_t sub_iq2_xs(const uint8_t* blk, int ib, const int8_t* x) {
+  int8_t w[kSub];
+  for (int l = 0; l < 4; ++l) {
+    const uint16_t q = load_u16(blk + 2 + 2 * (4 * ib + l));
+    put_codes(iq2xs_grid[q & 511], ksigns_iq2xs[q >> 9], kGroup, w + kGroup * l);
+  }
+  return two_scale_sum(w, x, blk[66 + ib]);
+}
+
+int32_t sub_iq2_s(const uint8_t* blk, int ib, const int8_t* x) {
+  const uint8_t* qs = blk + 2;
+  const uint8_t* signs = qs + 32;
+  int8_t w[kSub];
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t index = qs[4 * ib + l] | ((uint32_t(blk[66 + ib]) << (8 - 2 * l)) & 0x300);
+    put_codes(iq2s_grid[index], signs[4 * ib + l], kGroup, w + kGroup * l);
+  }
+  return two_scale_sum(w, x, blk[74 + ib]);
+}
+
+int32_t sub_iq3_xxs(const uint8_t* blk, int ib, const int8_t* x) {
+  const uint8_t* qs = blk + 2;
+  const uint32_t a = load_u32(qs + 64 + 4 * ib);
+  int8_t w[kSub];
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t mask = ksigns_iq2xs[(a >> 7 * l) & 127];
+    put_codes(iq3xxs_grid[qs[8 * ib + 2 * l]], mask, 4, w + kGroup * l);
+    put_codes(iq3xxs_grid[qs[8 * ib + 2 * l + 1]], mask >> 4, 4, w + kGroup * l + 4);
+  }
+  return int32_t(2 * (a >> 28) + 1) * dot_i8(w, x, kSub);
+}
+
+int32_t sub_iq3_s(const uint8_t* blk, int ib, const int8_t* x) {
+  const uint8_t* qs = blk + 2;
+  const uint32_t qh = blk[66 + ib];
+  const uint8_t* signs = blk + 74 + 4 * ib;
+  int8_t w[kSub];
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t i1 = qs[8 * ib + 2 * l] | ((qh << (8 - 2 * l)) & 256);
+    const uint32_t i2 = qs[8 * ib + 2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
+    put_codes(iq3s_grid[i1], signs[l], 4, w + kGroup * l);
+    put_codes(iq3s_grid[i2], uint32_t(signs[l]) >> 4, 4, w + kGroup * l + 4);
+  }
+  return (2 * ((blk[106 + ib / 2] >> 4 * (ib % 2)) & 15) + 1) * dot_i8(w, x, kSub);
+}
+
+// IQ1_M: the grid's {−1, 0, 1} against x, and the ±1/8 shift of each group as ±Σx, both weighted by
+// the group's 3-bit scale; Σ += d_w·d_x·(sum1 + sum2/8).
+float dot_act_iq1_m_rows(const uint8_t* blk, const ActQ8_K* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, blk += 56) {
+    const uint8_t* qs = blk;
+    const uint8_t* qh = blk + 32;
+    uint16_t sc[4];
+    const float d = iq1_m_scales(blk, sc);
+    int32_t sum1 = 0, sum2 = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      for (int l = 0; l < 4; ++l) {
+        const uint32_t h = qh[2 * ib + l / 2];
+        const int ls = 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3 * (l / 2))) & 7) + 1;
+        const uint64_t grid = iq1s_grid[qs[4 * ib + l] | ((h << (l % 2 ? 4 : 8)) & 0x700)];
+        const int8_t* x = y[i].q + kSub * ib + kGroup * l;
+        int8_t w[kGroup];
+        int32_t xsum = 0;
+        for (int j = 0; j < kGroup; ++j) {
+          w[j] = int8_t(grid >> (8 * j));
+          xsum += x[j];
+        }
+        sum1 += ls * dot_i8(w, x, kGroup);
+        sum2 += ls * ((h >> (l % 2 ? 7 : 3)) & 1 ? -xsum : xsum);
+      }
+    }
+    sum += (d * y[i].d) * (float(sum1) + 0.125f * float(sum2));
+  }
+  return sum;
 }
 
 }  // namespace
@@ -223,6 +343,25 @@ void dequantize_iq1_m(const uint8_t* blocks, float* out, int64_t n) {
 }
 float dot_iq1_m(const uint8_t* blocks, const float* x, int64_t n) {
   return dot_blocks<kBlock, 56, decode_iq1_m>(blocks, x, n);
+}
+
+float dot_act_iq2_xxs(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_q8k<66, sub_iq2_xxs>(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock, 0.125f);
+}
+float dot_act_iq2_xs(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_q8k<74, sub_iq2_xs>(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock, 0.125f);
+}
+float dot_act_iq2_s(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_q8k<82, sub_iq2_s>(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock, 0.125f);
+}
+float dot_act_iq3_xxs(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_q8k<98, sub_iq3_xxs>(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock, 0.25f);
+}
+float dot_act_iq3_s(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_q8k<110, sub_iq3_s>(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock, 1.0f);
+}
+float dot_act_iq1_m(const uint8_t* blocks, const void* xa, int64_t n) {
+  return dot_act_iq1_m_rows(blocks, static_cast<const ActQ8_K*>(xa), n / kBlock);
 }
 
 }  // namespace tandem::gguf

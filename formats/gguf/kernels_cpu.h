@@ -44,6 +44,47 @@ float dot_iq3_s(const uint8_t* blocks, const float* x, int64_t n);
 void dequantize_iq1_m(const uint8_t* blocks, float* out, int64_t n);
 float dot_iq1_m(const uint8_t* blocks, const float* x, int64_t n);
 
+// llama.cpp-compatible products (quant.h dot_act): xa is one activation row from quantize_activations
+// (activations_cpu.cpp) in the type's `act` format. F32/F16/BF16 rows are floats for dot_<t>.
+float dot_act_f32(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_f16(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_bf16(const uint8_t* blocks, const void* xa, int64_t n);
+// Q8_0 activations (kquants_cpu.cpp)
+float dot_act_q8_0(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq4_nl(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_nvfp4(const uint8_t* blocks, const void* xa, int64_t n);
+// Q8_K activations (kquants_cpu.cpp, iquants_cpu.cpp)
+float dot_act_q4_k(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_q5_k(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_q6_k(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq4_xs(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq2_xxs(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq2_xs(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq2_s(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq3_xxs(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq3_s(const uint8_t* blocks, const void* xa, int64_t n);
+float dot_act_iq1_m(const uint8_t* blocks, const void* xa, int64_t n);
+
+// Activation blocks (llama.cpp's block_q8_0 / block_q8_K in value, laid out for us). Q8_0: 32 values
+// q·d, d = amax/127 rounded through fp16 and kept as its fp32 value. Q8_K: 256 values q·d, d in fp32,
+// bsums the sums of each 16 consecutive q (Q4_K/Q5_K take their min terms from them).
+struct ActQ8_0 {
+  float d;
+  int8_t q[32];
+};
+struct ActQ8_K {
+  float d;
+  int16_t bsums[16];
+  int8_t q[256];
+};
+
+// Σ a[i]·b[i] in int32: |a|, |b| ≤ 128 and n ≤ 256 cannot overflow.
+inline int32_t dot_i8(const int8_t* a, const int8_t* b, int n) {
+  int32_t s = 0;
+  for (int i = 0; i < n; ++i) s += int32_t(a[i]) * int32_t(b[i]);
+  return s;
+}
+
 // Blocks sit at any byte offset (Q8_0 is 34 bytes), so multi-byte fields are read with memcpy;
 // GGUF is little-endian and so are the hosts we build for.
 inline uint16_t load_u16(const uint8_t* p) {

@@ -72,14 +72,20 @@ void decode_q8_0(const uint8_t* b, float* y) {
 
 // Q4_K and Q5_K open with d, dmin and 12 bytes packing a 6-bit scale and min per sub-block of 32
 // (llama.cpp get_scale_min_k4). Returns d·sc_j and dmin·m_j, both exact in fp32.
+struct ScaleMinInt {
+  int scale, min;
+};
+inline ScaleMinInt k4_scale_min_int(const uint8_t* b, int j) {
+  const uint8_t* s = b + 4;
+  return {j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
+          j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4)};
+}
 struct ScaleMin {
   float scale, min;
 };
 inline ScaleMin k4_scale_min(const uint8_t* b, int j) {
-  const uint8_t* s = b + 4;
-  const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-  const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  return {half_to_float(load_u16(b)) * float(sc), half_to_float(load_u16(b + 2)) * float(m)};
+  const ScaleMinInt sm = k4_scale_min_int(b, j);
+  return {half_to_float(load_u16(b)) * float(sm.scale), half_to_float(load_u16(b + 2)) * float(sm.min)};
 }
 
 // Q4_K: d, dmin, scales[12], qs[128]. Chunk c of 64 elements: low nibbles of qs[32c..] then high.
@@ -179,6 +185,126 @@ void decode_nvfp4(const uint8_t* b, float* y) {
   }
 }
 
+// --- llama.cpp-compatible products (quant.h dot_act): the weights' integer codes against Q8_0 / Q8_K
+// activations, each integer sum scaled as llama.cpp's vec_dot_<t>_q8_<x> scales it (the reference C
+// kernels in ggml-cpu/quants.c; the SIMD ones sum the same floats in another order).
+
+// Q8_0 · Q8_0 per 32: Σ += sumi·(d_w·d_x).
+float dot_act_q8_0_rows(const uint8_t* b, const ActQ8_0* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += 34) {
+    const int32_t s = dot_i8(reinterpret_cast<const int8_t*>(b + 2), y[i].q, 32);
+    sum += float(s) * (half_to_float(load_u16(b)) * y[i].d);
+  }
+  return sum;
+}
+
+// IQ4_NL · Q8_0 per 32: Σ += (d_x·d_w)·sumi over the non-linear codes.
+float dot_act_iq4_nl_rows(const uint8_t* b, const ActQ8_0* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += 18) {
+    int8_t w[32];
+    for (int j = 0; j < 16; ++j) {
+      w[j] = int8_t(kValuesIq4nl[b[2 + j] & 0xF]);
+      w[j + 16] = int8_t(kValuesIq4nl[b[2 + j] >> 4]);
+    }
+    sum += (y[i].d * half_to_float(load_u16(b))) * float(dot_i8(w, y[i].q, 32));
+  }
+  return sum;
+}
+
+// NVFP4 · Q8_0: each 16-element sub-block s is half of Q8_0 block 2i + s/2; Σ += (d_x·d_s)·sumi, d_s
+// the halved UE4M3 scale and the codes 2×E2M1 (as llama.cpp's kvalues_mxfp4).
+float dot_act_nvfp4_rows(const uint8_t* b, const ActQ8_0* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += 36) {
+    for (int s = 0; s < 4; ++s) {
+      const ActQ8_0& a = y[2 * i + s / 2];
+      const uint8_t* q = b + 4 + 8 * s;
+      int8_t w[16];
+      for (int j = 0; j < 8; ++j) {
+        w[j] = int8_t(kValuesFp4[q[j] & 0xF]);
+        w[j + 8] = int8_t(kValuesFp4[q[j] >> 4]);
+      }
+      sum += (a.d * kUe4m3Half[b[s]]) * float(dot_i8(w, a.q + 16 * (s % 2), 16));
+    }
+  }
+  return sum;
+}
+
+// Q4_K / Q5_K · Q8_K per 256: Σ_j sc_j·(q·x over sub-block j) scaled by d_w·d_x, and the min terms
+// Σ_j m_j·bsums by dmin_w·d_x in a second accumulator, added at the end (as llama.cpp keeps them).
+template <bool kFifthBit>
+float dot_act_k4_rows(const uint8_t* b, const ActQ8_K* y, int64_t nb) {
+  constexpr int kBytes = kFifthBit ? 176 : 144;
+  float sum = 0.0f, sum_min = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += kBytes) {
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (kFifthBit ? 48 : 16);
+    int8_t w[256];
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int h0 = kFifthBit ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
+        const int h1 = kFifthBit ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
+        w[64 * c + l] = int8_t((qs[32 * c + l] & 0xF) | h0);
+        w[64 * c + 32 + l] = int8_t((qs[32 * c + l] >> 4) | h1);
+      }
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      const ScaleMinInt sm = k4_scale_min_int(b, j);
+      isum += sm.scale * dot_i8(w + 32 * j, y[i].q + 32 * j, 32);
+      msum += sm.min * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+    }
+    sum += (half_to_float(load_u16(b)) * y[i].d) * float(isum);
+    sum_min -= (half_to_float(load_u16(b + 2)) * y[i].d) * float(msum);
+  }
+  return sum + sum_min;
+}
+
+// Q6_K · Q8_K per 256: codes −32…31, sixteen int8 scales of 16 elements each.
+float dot_act_q6_k_rows(const uint8_t* b, const ActQ8_K* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += 210) {
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    int8_t w[256];
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* l0 = b + 64 * half;
+      const uint8_t* h0 = b + 128 + 32 * half;
+      int8_t* wh = w + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        wh[l] = int8_t(((l0[l] & 0xF) | (((h0[l] >> 0) & 3) << 4)) - 32);
+        wh[l + 32] = int8_t(((l0[l + 32] & 0xF) | (((h0[l] >> 2) & 3) << 4)) - 32);
+        wh[l + 64] = int8_t(((l0[l] >> 4) | (((h0[l] >> 4) & 3) << 4)) - 32);
+        wh[l + 96] = int8_t(((l0[l + 32] >> 4) | (((h0[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) isum += int32_t(scales[j]) * dot_i8(w + 16 * j, y[i].q + 16 * j, 16);
+    sum += (half_to_float(load_u16(b + 208)) * y[i].d) * float(isum);
+  }
+  return sum;
+}
+
+// IQ4_XS · Q8_K: per 32-element sub-block Σ += (d_w·d_x·(ls − 32))·sumi.
+float dot_act_iq4_xs_rows(const uint8_t* b, const ActQ8_K* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i, b += 136) {
+    const float d = half_to_float(load_u16(b)) * y[i].d;
+    const uint32_t scales_h = load_u16(b + 2);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+      const uint8_t* q = b + 8 + 16 * ib;
+      int8_t w[32];
+      for (int j = 0; j < 16; ++j) {
+        w[j] = int8_t(kValuesIq4nl[q[j] & 0xF]);
+        w[j + 16] = int8_t(kValuesIq4nl[q[j] >> 4]);
+      }
+      sum += (d * float(ls - 32)) * float(dot_i8(w, y[i].q + 32 * ib, 32));
+    }
+  }
+  return sum;
+}
+
 }  // namespace
 
 void dequantize_f32(const uint8_t* b, float* out, int64_t n) { std::memcpy(out, b, size_t(n) * 4); }
@@ -202,5 +328,28 @@ void dequantize_iq4_xs(const uint8_t* b, float* out, int64_t n) { dequantize_blo
 float dot_iq4_xs(const uint8_t* b, const float* x, int64_t n) { return dot_blocks<256, 136, decode_iq4_xs>(b, x, n); }
 void dequantize_nvfp4(const uint8_t* b, float* out, int64_t n) { dequantize_blocks<64, 36, decode_nvfp4>(b, out, n); }
 float dot_nvfp4(const uint8_t* b, const float* x, int64_t n) { return dot_blocks<64, 36, decode_nvfp4>(b, x, n); }
+
+
+float dot_act_q8_0(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_q8_0_rows(b, static_cast<const ActQ8_0*>(xa), n / 32);
+}
+float dot_act_iq4_nl(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_iq4_nl_rows(b, static_cast<const ActQ8_0*>(xa), n / 32);
+}
+float dot_act_nvfp4(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_nvfp4_rows(b, static_cast<const ActQ8_0*>(xa), n / 64);
+}
+float dot_act_q4_k(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_k4_rows<false>(b, static_cast<const ActQ8_K*>(xa), n / 256);
+}
+float dot_act_q5_k(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_k4_rows<true>(b, static_cast<const ActQ8_K*>(xa), n / 256);
+}
+float dot_act_q6_k(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_q6_k_rows(b, static_cast<const ActQ8_K*>(xa), n / 256);
+}
+float dot_act_iq4_xs(const uint8_t* b, const void* xa, int64_t n) {
+  return dot_act_iq4_xs_rows(b, static_cast<const ActQ8_K*>(xa), n / 256);
+}
 
 }  // namespace tandem::gguf

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "formats/gguf/gguf_checkpoint.h"
 #include "formats/gguf/gguf_format.h"
@@ -172,6 +173,52 @@ TEST(GgufFormat, ExpertViewsAndScalesMultiply) {
         ASSERT_NEAR(y[size_t(i * T::W + o)], s * scale, 1e-5);
       }
   }
+}
+
+// TANDEM_GGUF_ACTIVATIONS=llama (read when a tensor loads): the matmul rounds each activation row to
+// the type's llama.cpp format and multiplies with dot_act, row by row (batch invariance); unset or
+// "f32" keeps fp32 activations; another value is a load error naming the variable.
+TEST(GgufFormat, LlamaActivationsMode) {
+  const int64_t out = 37, in = 64, n = 9;
+  std::vector<uint8_t> q8(size_t(out * in / 32 * 34));
+  for (size_t b = 0; b < q8.size(); ++b) q8[b] = uint8_t(b * 2654435761u >> 13);
+  for (size_t b = 0; b < q8.size(); b += 34) q8[b] = 0x00, q8[b + 1] = uint8_t(0x20 + b % 7);  // d in [2^-7, 2^-5)
+  TinyModel m;
+  m.build();
+  for (auto& t : m.tensors)
+    if (t.name == "output.weight") t = WriteTensor{"output.weight", 8, {in, out}, q8};
+  GgufCheckpoint c(GgufFile::from_bytes(m.bytes(), "act.gguf"));
+  DeviceOnlyBackend cpu("cpu");
+  GgufFormat fmt;
+  const QuantType& t = *find_type("Q8_0");
+  std::vector<float> x = tandem::test::random_vec(size_t(n * in), 31, -2, 2);
+  auto run = [&](const char* mode, int64_t rows, float* xs) {
+    if (mode) setenv("TANDEM_GGUF_ACTIVATIONS", mode, 1);
+    auto q = fmt.load(group_of(c, "lm_head"), cpu);
+    unsetenv("TANDEM_GGUF_ACTIVATIONS");
+    std::vector<float> y(size_t(rows * out), NAN);
+    q->matmul(Tensor::f32(xs, rows, in), Tensor::f32(y.data(), rows, out));
+    return y;
+  };
+  const std::vector<float> y_llama = run("llama", n, x.data()), y_default = run(nullptr, n, x.data());
+  EXPECT_EQ(run("f32", n, x.data()), y_default);
+  std::vector<uint8_t> xa(size_t(act_row_bytes(t.act, in)));
+  bool differs = false;
+  for (int64_t i = 0; i < n; ++i) {
+    quantize_activations(t.act, x.data() + i * in, xa.data(), in);
+    const std::vector<float> yi = run("llama", 1, x.data() + i * in);
+    for (int64_t r = 0; r < out; ++r) {
+      const uint8_t* w = q8.data() + r * (in / 32 * 34);
+      ASSERT_EQ(y_llama[size_t(i * out + r)], t.dot_act(w, xa.data(), in)) << i << "," << r;
+      ASSERT_EQ(yi[size_t(r)], y_llama[size_t(i * out + r)]) << i << "," << r;
+      ASSERT_EQ(y_default[size_t(i * out + r)], t.dot(w, x.data() + i * in, in)) << i << "," << r;
+      differs |= y_llama[size_t(i * out + r)] != y_default[size_t(i * out + r)];
+    }
+  }
+  EXPECT_TRUE(differs);
+  setenv("TANDEM_GGUF_ACTIVATIONS", "q8", 1);
+  expect_error([&] { fmt.load(group_of(c, "lm_head"), cpu); }, {"TANDEM_GGUF_ACTIVATIONS", "'q8'", "'llama'"});
+  unsetenv("TANDEM_GGUF_ACTIVATIONS");
 }
 
 TEST(GgufFormat, LoadErrors) {

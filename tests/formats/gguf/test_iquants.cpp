@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "act_reference.h"
 #include "formats/gguf/kernels_cpu.h"
 #include "formats/gguf/quant.h"
 
@@ -249,6 +250,24 @@ TEST_P(IquantTest, DotIsDeterministic) {
     EXPECT_EQ(std::bit_cast<uint32_t>(c.dot(bytes_shifted.data() + 3, x_shifted.data() + 1, n)),
               std::bit_cast<uint32_t>(first))
         << c.name;
+  }
+}
+
+// dot_act (the llama.cpp-compatible product): Q8_K activations rounded as llama.cpp rounds them, and
+// the product equal to Σ w·x̂ in float64 (llama.cpp's integer sums and float scales, exactly) up to
+// the kernel's few fp32 roundings per block. Every row mixes normal, tiny, zero and negative-max blocks.
+TEST_P(IquantTest, DotActMatchesLlamaRoundingAndFloat64Sum) {
+  const IqCase& c = GetParam();
+  const QuantType& t = *find_type(c.id);
+  EXPECT_EQ(t.act, ActFormat::Q8_K) << c.name;
+  for (int n_blocks : {1, 4}) {
+    const int64_t n = int64_t(n_blocks) * kQK;
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      const auto bytes = random_blocks(c, n_blocks, 5000 + seed);
+      const auto w = reference(c, bytes);
+      act_test::expect_dot_act_matches(t, bytes, n, act_test::random_activations(n, seed),
+                                       [&](int64_t e) { return w[size_t(e)]; });
+    }
   }
 }
 

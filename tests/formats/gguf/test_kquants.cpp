@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "act_reference.h"
 #include "formats/gguf/kernels_cpu.h"
 #include "formats/gguf/quant.h"
 
@@ -292,6 +293,26 @@ TEST_P(Kquant, DotIsDeterministicAndUsesTheDequantizedWeights) {
   EXPECT_EQ(bits_of(dot_f32(reinterpret_cast<const uint8_t*>(w.data()), x.data(), n)), bits_of(first));
 }
 
+// dot_act (the llama.cpp-compatible product): the activations rounded to the type's vec_dot_type as
+// llama.cpp rounds them (bit for bit), and the product equal to Σ w·x̂ in float64 (llama.cpp's integer
+// sums and float scales, exactly) up to the kernel's fp32 roundings: about one per block scale product
+// and accumulation step, or the lane sums' bound for F16/BF16/F32 rows.
+TEST_P(Kquant, DotActMatchesLlamaRoundingAndFloat64Sum) {
+  const Case& c = GetParam();
+  const QuantType& t = *find_type(c.id);
+  const ActFormat want = c.id == 0 ? ActFormat::F32 : c.id == 1 ? ActFormat::F16 : c.id == 30 ? ActFormat::BF16
+                         : c.id == 8 || c.id == 20 || c.id == 40 ? ActFormat::Q8_0 : ActFormat::Q8_K;
+  EXPECT_EQ(t.act, want) << c.name;
+  for (const int64_t n : {int64_t(256), int64_t(1024)}) {
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      const auto row = random_row(c, n, seed);
+      act_test::expect_dot_act_matches(t, row, n, act_test::random_activations(n, seed + 500),
+                                       [&](int64_t e) { return ref_elem(c, row, e); },
+                                       c.elems == 1 ? dot_tolerance(n) : 4e-6);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, Kquant, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
@@ -366,6 +387,7 @@ TEST(QuantTypes, EverySupportedIdIsFoundByIdAndName) {
     EXPECT_EQ(ggml_type_name(id), t->name);
     EXPECT_NE(t->dequantize, nullptr);
     EXPECT_NE(t->dot, nullptr);
+    EXPECT_NE(t->dot_act, nullptr);
     EXPECT_EQ(row_bytes(*t, 4096), 4096 / t->block_elems * t->block_bytes);
   }
   EXPECT_EQ(find_type(std::string("q4_k")), find_type(12));  // a config may write it in lower case
