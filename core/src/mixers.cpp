@@ -2,7 +2,6 @@
 // and dense relu² MLP mixers, written against Backend ops and QuantizedTensor matmuls.
 #include "mixers.h"
 
-
 #include "scratch.h"
 #include "tandem/error.h"
 
@@ -25,7 +24,8 @@ struct KVState : LayerState {
 
 class Attention : public Mixer {
  public:
-  Attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be) : d_(d), be_(be) {
+  Attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be, const int64_t* pos0_device)
+      : d_(d), be_(be), pos0_device_(pos0_device) {
     int64_t q = int64_t(d.n_heads) * d.head_dim, kv = int64_t(d.n_kv_heads) * d.head_dim;
     q_ = w.tensor("q_proj", {q, hidden});
     k_ = w.tensor("k_proj", {kv, hidden});
@@ -51,9 +51,10 @@ class Attention : public Mixer {
     k_->matmul(x, k);
     v_->matmul(x, v);
     // Rows past the committed length are only ever read after being rewritten, so neither forward
-    // nor commit needs to clear them.
-    be_.attention(q, k, v, static_cast<float*>(s.k->data()), static_cast<float*>(s.v->data()), s.capacity,
-                  info.pos0, d_.n_heads, d_.n_kv_heads, d_.head_dim, a);
+    // nor commit needs to clear them. The position goes through device memory (the Model writes it
+    // before each pass), so a captured pass replays at any position.
+    be_.attention_at(q, k, v, static_cast<float*>(s.k->data()), static_cast<float*>(s.v->data()), s.capacity,
+                     info.pos0, pos0_device_, d_.n_heads, d_.n_kv_heads, d_.head_dim, a);
     o_->matmul(a, out);
   }
   void commit(LayerState&, const ForwardInfo&, int) override {}
@@ -61,6 +62,7 @@ class Attention : public Mixer {
  private:
   AttentionDesc d_;
   Backend& be_;
+  const int64_t* pos0_device_;
   std::unique_ptr<QuantizedTensor> q_, k_, v_, o_;
   Scratch sq_, sk_, sv_, sa_;
 };
@@ -178,8 +180,9 @@ class Mlp : public Mixer {
 
 }  // namespace
 
-std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be) {
-  return std::make_unique<Attention>(d, hidden, w, be);
+std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be,
+                                      const int64_t* pos0_device) {
+  return std::make_unique<Attention>(d, hidden, w, be, pos0_device);
 }
 std::unique_ptr<Mixer> make_moe(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be) {
   return std::make_unique<MoE>(d, hidden, w, be);

@@ -7,7 +7,10 @@
 
 namespace tandem {
 
-std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be);
+// pos0_device: an int64 in the backend's memory holding each pass's first position (ForwardInfo::pos0),
+// written by the Model before the pass.
+std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be,
+                                      const int64_t* pos0_device);
 std::unique_ptr<Mixer> make_moe(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be);
 std::unique_ptr<Mixer> make_mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be);
 

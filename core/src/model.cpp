@@ -2,10 +2,12 @@
 #include "tandem/model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <spdlog/spdlog.h>
 
 #include "expert_set.h"
@@ -174,6 +176,20 @@ size_t Sequence::bytes() const {
   return b;
 }
 
+namespace {
+
+// The recorded verify passes of one sequence, by (tokens, all_positions). A graph holds the device
+// addresses of its capture (scratch, states, weights), so all are dropped when the backend's memory
+// epoch moves (a buffer was released: a scratch regrown, a sequence freed).
+struct SequenceGraphs {
+  using Key = std::pair<int, bool>;
+  uint64_t epoch = 0;
+  std::map<Key, std::unique_ptr<Graph>> graphs;
+  std::set<Key> warm;  // shapes run once op by op: every scratch they need has grown already
+};
+
+}  // namespace
+
 struct Model::Impl {
   std::unique_ptr<Checkpoint> checkpoint;
   std::unique_ptr<QuantizedTensor> embed, lm_head;
@@ -182,8 +198,82 @@ struct Model::Impl {
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
   Scratch x, h, out, logits;
+  std::unique_ptr<Buffer> pos0;  // int64: the first position of the running pass, read by attention
   std::function<void(int)> observer;
+  GraphStats graph_stats;
+  int dropped_recordings = 0;
+
+  void graphs_off(const std::string& why, bool expected);
+  void run_verify(Backend& be, Sequence& seq, int n, bool all_positions, const std::function<void()>& pass);
 };
+
+void Model::Impl::graphs_off(const std::string& why, bool expected) {
+  graph_stats.enabled = false;
+  graph_stats.off_reason = why;
+  if (expected) spdlog::debug("graphs off: {}", why);
+  else spdlog::warn("graphs off: {}; verify passes run op by op", why);
+}
+
+// Runs `pass` (everything after the embedding) from the sequence's graph for this shape, recording it
+// on its second run; op by op when graphs are off or the pass cannot be recorded.
+void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positions,
+                             const std::function<void()>& pass) {
+  if (!graph_stats.enabled || observer || n > graph_max_tokens) {
+    ++graph_stats.eager;
+    return pass();
+  }
+  if (!seq.graphs) {
+    auto g = std::make_shared<SequenceGraphs>();
+    g->epoch = be.memory_epoch();
+    seq.graphs = g;
+  }
+  auto& sg = *static_cast<SequenceGraphs*>(seq.graphs.get());
+  if (sg.epoch != be.memory_epoch()) {
+    sg.graphs.clear();
+    sg.epoch = be.memory_epoch();
+  }
+  const SequenceGraphs::Key key{n, all_positions};
+  if (auto it = sg.graphs.find(key); it != sg.graphs.end()) {
+    it->second->launch();
+    ++graph_stats.replayed;
+    return;
+  }
+  if (sg.warm.insert(key).second) {  // first run of this shape: grow every scratch it needs
+    ++graph_stats.eager;
+    return pass();
+  }
+  if (!be.begin_capture()) {
+    graphs_off("backend '" + be.device() + "' cannot record graphs", true);
+    ++graph_stats.eager;
+    return pass();
+  }
+  std::unique_ptr<Graph> graph;
+  try {
+    pass();
+  } catch (const std::exception& e) {
+    (void)be.end_capture();  // nothing recorded ran; the pass runs op by op below
+    graphs_off(std::string("a verify pass could not be recorded (") + e.what() + ")", false);
+    ++graph_stats.eager;
+    return pass();
+  }
+  try {
+    graph = be.end_capture();
+  } catch (const std::exception& e) {
+    graphs_off(std::string("a recorded verify pass could not be made a graph (") + e.what() + ")", false);
+    ++graph_stats.eager;
+    return pass();
+  }
+  if (!graph || sg.epoch != be.memory_epoch()) {
+    // A buffer was allocated or released while recording: run it op by op; the next run records again.
+    if (++dropped_recordings >= 3) graphs_off("3 recordings allocated or released buffers", false);
+    ++graph_stats.eager;
+    return pass();
+  }
+  graph->launch();
+  ++graph_stats.captured;
+  ++graph_stats.replayed;
+  sg.graphs.emplace(key, std::move(graph));
+}
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() {
@@ -230,6 +320,10 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   if (o.threads >= 0) set_thread_count(o.threads);
   m->backend_ = reg.backend(o.device);
   Backend& be = *m->backend_;
+  im.pos0 = be.alloc(sizeof(int64_t));
+  const char* graphs_env = std::getenv("TANDEM_CUDA_GRAPHS");
+  if (graphs_env && std::string(graphs_env) == "0") im.graph_stats.off_reason = "TANDEM_CUDA_GRAPHS=0";
+  else im.graph_stats.enabled = true;
 
   TensorIndex index(*im.checkpoint);
   GroupLoader loader(index, formats, be, m->weight_bytes_);
@@ -271,7 +365,9 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
         im.mixers.push_back(mamba->create(ld, d.hidden, mw, be));
         break;
       }
-      case LayerKind::Attention: im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be)); break;
+      case LayerKind::Attention:
+        im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be, static_cast<const int64_t*>(im.pos0->data())));
+        break;
       case LayerKind::MoE: {
         const size_t e0 = loader.expert_bytes();
         im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be));
@@ -311,21 +407,30 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   const int64_t H = desc_.hidden;
   ForwardInfo info{seq.pos, int(n), mode};
 
+  // Every buffer of the pass is sized before it runs (a recorded pass must not allocate). The token ids
+  // go to the embedding kernel and the position to device memory outside the recording, so one graph
+  // per shape serves every step.
   Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
+  const int64_t rows = all_positions ? n : 1;
+  Tensor lg = im.logits.f32(be, rows, desc_.vocab);
+  be.upload(im.pos0->data(), &seq.pos, sizeof(int64_t));
   im.embed->get_rows(tokens.data(), int(n), x);
   if (im.observer) im.observer(-1);
-  for (size_t i = 0; i < im.mixers.size(); ++i) {
-    be.rms_norm(x, static_cast<float*>(im.norms[i]->data()), desc_.eps, h);
-    im.mixers[i]->forward(h, out, *seq.states[i], info);
-    be.add(x, out, x);
-    if (im.observer) im.observer(int(i));
-  }
-  Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
-  Tensor hn = h.slice_rows(0, last.rows);
-  be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
-  Tensor lg = im.logits.f32(be, last.rows, desc_.vocab);
-  im.lm_head->matmul(hn, lg);
-  if (im.observer) im.observer(int(im.mixers.size()));
+  auto pass = [&] {
+    for (size_t i = 0; i < im.mixers.size(); ++i) {
+      be.rms_norm(x, static_cast<float*>(im.norms[i]->data()), desc_.eps, h);
+      im.mixers[i]->forward(h, out, *seq.states[i], info);
+      be.add(x, out, x);
+      if (im.observer) im.observer(int(i));
+    }
+    Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
+    Tensor hn = h.slice_rows(0, rows);
+    be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
+    im.lm_head->matmul(hn, lg);
+    if (im.observer) im.observer(int(im.mixers.size()));
+  };
+  if (mode == ForwardMode::Verify) im.run_verify(be, seq, int(n), all_positions, pass);
+  else pass();
   logits.resize(size_t(lg.numel()));
   be.download(logits.data(), lg.data, lg.nbytes());
   seq.pending = true;
@@ -333,6 +438,15 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
 }
 
 void Model::set_forward_observer(std::function<void(int)> observer) { impl_->observer = std::move(observer); }
+
+void Model::set_graphs(bool on) {
+  GraphStats& g = impl_->graph_stats;
+  g.enabled = on;
+  g.off_reason = on ? "" : "switched off";
+  impl_->dropped_recordings = 0;
+}
+
+const GraphStats& Model::graph_stats() const { return impl_->graph_stats; }
 
 void Model::commit(Sequence& seq, int n_accepted) {
   check(seq.pending, "commit: no forward pass to commit");

@@ -173,7 +173,10 @@ bool CudaBackend::begin_capture() {
   check(!capturing_, "cuda: begin_capture while a capture is open");
   // Relaxed: an allocation during the capture must not fail (it is detected and the recording
   // dropped instead); a synchronizing call on the stream still fails and invalidates the capture.
-  check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  if (cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
   capturing_ = true;
   capture_allocs_ = pool_->handed_out();
   capture_epoch_ = pool_->released();

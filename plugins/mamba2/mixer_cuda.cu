@@ -82,11 +82,17 @@ Mamba2CudaState::Mamba2CudaState(const Dims& dm, Backend& backend) : dm_(dm), ba
   next_conv_ = backend.alloc(conv);
   ssm_ = backend.alloc(ssm);
   next_ssm_ = backend.alloc(ssm);
+  conv_pair_[0] = f32(conv_), conv_pair_[1] = f32(next_conv_);
+  ssm_pair_[0] = f32(ssm_), ssm_pair_[1] = f32(next_ssm_);
+  sel_ = backend.alloc(2 * sizeof(int));  // zeroed: buffer 0 of each pair is committed
 }
+
+int Mamba2CudaState::conv_sel() const { return f32(conv_) == conv_pair_[1] ? 1 : 0; }
+int Mamba2CudaState::ssm_sel() const { return f32(ssm_) == ssm_pair_[1] ? 1 : 0; }
 
 size_t Mamba2CudaState::bytes() const {
   size_t n = 0;
-  for (const auto* b : {&conv_, &ssm_, &next_conv_, &next_ssm_, &u_log_, &xbc_log_, &dt_log_})
+  for (const auto* b : {&conv_, &ssm_, &next_conv_, &next_ssm_, &sel_, &u_log_, &xbc_log_, &dt_log_})
     if (*b) n += (*b)->bytes();
   return n;
 }
@@ -190,13 +196,21 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
 
     const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
     float* xbc = verify ? grow(st.xbc_log_, be, n * cdim) : ar.xbc.get(be, n * cdim);
-    launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
+    // Verify reads the committed window and state through the device selectors (a graph may replay
+    // this pass after commits); prefill is never recorded and takes the host's pointers.
+    const int* sel = static_cast<const int*>(st.sel_->data());
+    if (verify)
+      launch_conv_silu(StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel}, u, rows, n, f32(w_.conv_w),
+                       f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
+    else
+      launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
 
     const ScanInput in{xbc, cdim, dt, n};
     float* y = ar.y.get(be, n * d_in);
     if (verify) {
       copy_rows(grow(st.u_log_, be, n * cdim), u, rows, n, cdim, "mamba2: log u");
-      launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, stream());
+      launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1}, y,
+                        stream());
     } else {
       launch_shift_window(f32(st.conv_), u, rows, n, cdim, dm_.K, f32(st.next_conv_), stream());
       void* ws = ar.workspace.get(be, int64_t(scan_chunked_workspace_bytes(dm_, n) / sizeof(float)) + 1);
@@ -221,10 +235,21 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
 
 void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
   Mamba2CudaState& st = state_of(state, "commit");
-  check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
-  check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
-        mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
-        mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
+  if (last.mode == ForwardMode::Prefill) {
+    check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
+    check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
+          mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
+          mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
+  } else {
+    // A verify pass replayed from a graph runs none of this mixer's host code, so `last` (the Model's
+    // record of the pass) is trusted, within what the state can check: the start position and logs
+    // that hold its positions.
+    const size_t logged = size_t(std::max(last.n, 1)) * size_t(dm_.conv_dim) * sizeof(float);
+    check(st.u_log_ && st.xbc_log_ && st.dt_log_ && st.u_log_->bytes() >= logged && st.xbc_log_->bytes() >= logged,
+          "mamba2 commit: no forward is pending (commit before any verify pass of ", last.n, " tokens)");
+    check(last.pos0 == st.pos_, "mamba2 commit: last is {", mode_name(last.mode), ", n=", last.n, ", pos0=",
+          last.pos0, "} but the state holds ", st.pos_, " committed tokens");
+  }
   check(n_accepted >= 0 && n_accepted <= last.n, "mamba2 commit: n_accepted must be in [0, ", last.n, "], found ",
         n_accepted);
   if (last.mode == ForwardMode::Prefill) {
@@ -233,13 +258,19 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     if (n_accepted > 0) {
       std::swap(st.conv_, st.next_conv_);
       std::swap(st.ssm_, st.next_ssm_);
+      launch_set_selectors(static_cast<int*>(st.sel_->data()), st.conv_sel(), st.ssm_sel(), stream());
     }
   } else if (n_accepted > 0) {
     const int64_t cdim = dm_.conv_dim;
-    launch_shift_window(f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_), stream());
+    const bool all = n_accepted == last.n;
+    // The selectors after this commit: the new window is the spare; the state is the spare when all
+    // positions are taken (the same step kernel produced it: the same bits), else replayed in place.
+    const int conv_after = 1 - st.conv_sel(), ssm_after = all ? 1 - st.ssm_sel() : st.ssm_sel();
+    launch_shift_window(f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_), stream(),
+                        static_cast<int*>(st.sel_->data()), conv_after, ssm_after);
     std::swap(st.conv_, st.next_conv_);
-    if (n_accepted == last.n) {
-      std::swap(st.ssm_, st.next_ssm_);  // the same step kernel produced it: the same bits
+    if (all) {
+      std::swap(st.ssm_, st.next_ssm_);
     } else {
       const ScanInput in{f32(st.xbc_log_), cdim, f32(st.dt_log_), n_accepted};
       launch_scan_steps(dm_, in, f32(w_.a), nullptr, f32(st.ssm_), f32(st.ssm_), nullptr, stream());

@@ -21,6 +21,10 @@ struct CudaArena;
 // Committed conv window [conv_dim, K−1] and SSM state [nh, P, N] (f32, device), plus the pending
 // pass: for Verify the logs u, x|B|C and Δ of its n positions and the state after all n steps; for
 // Prefill the final state and the new window.
+// Window and state are double-buffered at addresses fixed for the state's life. The host swaps its
+// committed/spare pointers on commit and the commit's kernel stores the same choice in `sel_` (device
+// ints: window, state), which the verify kernels read: a verify pass recorded in a graph stays right
+// after any number of commits.
 class Mamba2CudaState : public LayerState {
  public:
   Mamba2CudaState(const Dims& dm, Backend& backend);
@@ -39,6 +43,12 @@ class Mamba2CudaState : public LayerState {
   Backend& backend_;
   int64_t pos_ = 0;
   std::unique_ptr<Buffer> conv_, ssm_, next_conv_, next_ssm_;
+  float* conv_pair_[2] = {};  // the two window buffers, in a fixed order
+  float* ssm_pair_[2] = {};
+  std::unique_ptr<Buffer> sel_;  // int[2] on the device: which of conv_pair_ / ssm_pair_ is committed
+  // Host copies of the selectors: which of the pair conv_ / ssm_ point to now.
+  int conv_sel() const;
+  int ssm_sel() const;
   bool pending_ = false;
   ForwardMode mode_ = ForwardMode::Verify;
   int n_ = 0;

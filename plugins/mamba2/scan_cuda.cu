@@ -39,8 +39,10 @@ __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const 
   }
 }
 
-__global__ void conv_silu_kernel(const float* window, const float* u, int64_t u_stride, int n, const float* w,
-                                 const float* bias, int64_t C, int K, float* out, int64_t out_stride) {
+__global__ void conv_silu_kernel(const float* window0, const float* window1, const int* sel, const float* u,
+                                 int64_t u_stride, int n, const float* w, const float* bias, int64_t C, int K, float* out,
+                                 int64_t out_stride) {
+  const float* window = sel && *sel ? window1 : window0;
   const int W = K - 1;
   const int64_t total = int64_t(n) * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -58,7 +60,8 @@ __global__ void conv_silu_kernel(const float* window, const float* u, int64_t u_
 }
 
 __global__ void shift_window_kernel(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
-                                    float* out) {
+                                    float* out, int* sel, int sel0, int sel1) {
+  if (sel && blockIdx.x == 0 && threadIdx.x == 0) sel[0] = sel0, sel[1] = sel1;
   const int W = K - 1;
   const int64_t total = C * W;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -83,9 +86,17 @@ Layout layout_of(const Dims& dm, int64_t stride) {
   return Layout{dm.nh, dm.P, dm.G, dm.N, dm.heads_per_group(), dm.d_in, stride};
 }
 
-// One warp per state row (h, p); lane l holds s[p, l + 32·i].
+__global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = sel0, sel[1] = sel1; }
+
+// One warp per state row (h, p); lane l holds s[p, l + 32·i]. With sel != nullptr and *sel = 1 the
+// two buffers trade roles (s_out is read, s_in written: both are then a StatePair's buffers).
 __global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n, const float* a, const float* d,
-                             const float* s_in, float* s_out, float* y) {
+                             const float* s_in, float* s_out, const int* sel, float* y) {
+  if (sel && *sel) {
+    float* committed = s_out;
+    s_out = const_cast<float*>(s_in);
+    s_in = committed;
+  }
   const int h = blockIdx.x;
   const int p = blockIdx.y * kWarps + (threadIdx.x >> 5);
   if (p >= L.P) return;
@@ -248,14 +259,28 @@ void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_b
 void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
                       int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
   if (n == 0) return;
-  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(window, u, u_stride, n, w, bias, C, K, out,
-                                                                         out_stride);
+  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(window, window, nullptr, u, u_stride, n, w,
+                                                                         bias, C, K, out, out_stride);
   check_launch("mamba2 conv_silu");
 }
 
+void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
+  if (n == 0) return;
+  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(windows.buf[0], windows.buf[1], windows.sel, u,
+                                                                         u_stride, n, w, bias, C, K, out, out_stride);
+  check_launch("mamba2 conv_silu");
+}
+
+void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream) {
+  set_selectors_kernel<<<1, 1, 0, stream>>>(sel, sel0, sel1);
+  check_launch("mamba2 set_selectors");
+}
+
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
-                         float* out, cudaStream_t stream) {
-  shift_window_kernel<<<elt_blocks(C * (K - 1)), kThreads, 0, stream>>>(window, u, u_stride, taken, C, K, out);
+                         float* out, cudaStream_t stream, int* sel, int sel0, int sel1) {
+  shift_window_kernel<<<std::max(1u, elt_blocks(C * (K - 1))), kThreads, 0, stream>>>(window, u, u_stride, taken, C, K,
+                                                                                       out, sel, sel0, sel1);
   check_launch("mamba2 shift_window");
 }
 
@@ -264,7 +289,17 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
   check_dims(dm);
   if (in.n == 0 && s_in == s_out) return;
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
-  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, s_in, s_out, y);
+  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, s_in, s_out,
+                                              nullptr, y);
+  check_launch("mamba2 scan_steps");
+}
+
+void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states, float* y,
+                       cudaStream_t stream) {
+  check_dims(dm);
+  dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
+  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, states.buf[0],
+                                              states.buf[1], states.sel, y);
   check_launch("mamba2 scan_steps");
 }
 

@@ -24,14 +24,32 @@ void launch_add_bias(float* rows, int64_t n, int64_t cols, const float* bias, cu
 // dt[t, h] = softplus(proj[t·stride + col + h] + dt_bias[h]), then max(·, t_min) when clamp.
 void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n, bool clamp,
                float t_min, float* dt, cudaStream_t stream);
+// A double-buffered state: buf[*sel] is the committed copy and buf[1 − *sel] the spare, where sel is
+// an int (0 or 1) in device memory that kernels read when they run. Work recorded in a graph then
+// follows commits that swap the two without being recorded again.
+struct StatePair {
+  float* buf[2];
+  const int* sel;
+};
+
 // conv_silu / shift_window of scan_cpu.h.
 void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
                       int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream);
+// The same with the committed window of `windows`.
+void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream);
+// With sel != nullptr, one thread also stores sel[0] = sel0 and sel[1] = sel1 (the selectors of a
+// commit, known on the host; this kernel reads neither).
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
-                         float* out, cudaStream_t stream);
+                         float* out, cudaStream_t stream, int* sel = nullptr, int sel0 = 0, int sel1 = 0);
+// sel[0] = sel0, sel[1] = sel1.
+void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream);
 // scan_steps: s_out may alias s_in; with y == nullptr nothing but the state is written (replay).
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
                        float* s_out, float* y, cudaStream_t stream);
+// The same from the committed state of `states` into its spare.
+void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states,
+                       float* y, cudaStream_t stream);
 // scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n).
 size_t scan_chunked_workspace_bytes(const Dims& dm, int n);
 void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,

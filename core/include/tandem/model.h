@@ -36,7 +36,17 @@ struct Sequence {
   std::vector<std::unique_ptr<LayerState>> states;
   bool pending = false;   // a forward ran that was not committed yet
   ForwardInfo last;
+  std::shared_ptr<void> graphs;  // the Model's recorded verify passes of this sequence (opaque)
   size_t bytes() const;
+};
+
+// Backend graphs of verify passes (see Model::forward): what happened since the model was loaded.
+struct GraphStats {
+  bool enabled = false;     // graphs may be recorded (switched on and not given up)
+  int64_t captured = 0;     // passes recorded
+  int64_t replayed = 0;     // passes run from a recording (the first run of each included)
+  int64_t eager = 0;        // verify passes run op by op
+  std::string off_reason;   // why graphs are off, when they are
 };
 
 // Opens options.path with the format plugin named by options.format, or with the one whose
@@ -69,8 +79,18 @@ class TANDEM_API Model {
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
   // Optional (benchmarks): called from forward() with -1 after the embedding, i after layer i and
-  // n_layers after the head, before the logits are downloaded. Nothing synchronizes for it.
+  // n_layers after the head, before the logits are downloaded. Nothing synchronizes for it. While an
+  // observer is set, passes run op by op (no graphs).
   void set_forward_observer(std::function<void(int)> observer);
+
+  // Verify passes of up to graph_max_tokens tokens run from backend graphs (CUDA graphs): the first
+  // pass of a shape (sequence, n, all_positions) runs op by op, the second is recorded, later ones
+  // replay it: the same kernels with the same arguments, so the logits are bit-identical. A backend
+  // that cannot record, or a pass that cannot be recorded, runs op by op (logged once). On by default;
+  // TANDEM_CUDA_GRAPHS=0 in the environment at load, or set_graphs(false), switches it off.
+  static constexpr int graph_max_tokens = 16;
+  void set_graphs(bool on);
+  const GraphStats& graph_stats() const;
 
  private:
   Model();

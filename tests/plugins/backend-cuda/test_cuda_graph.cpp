@@ -1,0 +1,100 @@
+// Graph capture on the CUDA backend: attention_at (position in device memory) against attention
+// (position by value), one recorded attention_at replayed at later positions, and recordings that
+// allocate or release a buffer being dropped.
+#include <gtest/gtest.h>
+
+#include "cuda_test.h"
+
+namespace tandem::test {
+namespace {
+
+constexpr int kNq = 4, kNkv = 2, kHd = 64, kCap = 300;
+constexpr int64_t kQw = int64_t(kNq) * kHd, kKw = int64_t(kNkv) * kHd;
+
+struct Caches {
+  Dev<float> k, v;
+};
+Caches fresh_caches(Backend& be, uint64_t seed) {
+  return {to_device(be, random_vec(size_t(kCap * kKw), seed, -1.f, 1.f)),
+          to_device(be, random_vec(size_t(kCap * kKw), seed + 1, -1.f, 1.f))};
+}
+
+TEST(CudaGraph, AttentionAtEqualsAttention) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  for (int64_t n : {1, 5, 16}) {
+    for (int64_t pos0 : {0, 1, 127, 200}) {
+      auto q = to_device(be, random_vec(size_t(n * kQw), 10 + pos0, -1.5f, 1.5f));
+      auto k = to_device(be, random_vec(size_t(n * kKw), 20 + pos0, -1.5f, 1.5f));
+      auto v = to_device(be, random_vec(size_t(n * kKw), 30 + pos0, -1.f, 1.f));
+      Caches a = fresh_caches(be, 40), b = fresh_caches(be, 40);
+      auto oa = poisoned_device(be, size_t(n * kQw)), ob = poisoned_device(be, size_t(n * kQw));
+      auto pos = to_device(be, std::vector<int64_t>{pos0});
+      const Tensor tq = Tensor::f32(q.p(), n, kQw), tk = Tensor::f32(k.p(), n, kKw), tv = Tensor::f32(v.p(), n, kKw);
+      be.attention(tq, tk, tv, a.k.p(), a.v.p(), kCap, pos0, kNq, kNkv, kHd, Tensor::f32(oa.p(), n, kQw));
+      be.attention_at(tq, tk, tv, b.k.p(), b.v.p(), kCap, pos0, pos.p(), kNq, kNkv, kHd, Tensor::f32(ob.p(), n, kQw));
+      EXPECT_TRUE(same_bits(to_host(be, oa), to_host(be, ob))) << "n " << n << " pos0 " << pos0;
+      EXPECT_TRUE(same_bits(to_host(be, a.k), to_host(be, b.k))) << "n " << n << " pos0 " << pos0;
+      EXPECT_TRUE(same_bits(to_host(be, a.v), to_host(be, b.v))) << "n " << n << " pos0 " << pos0;
+    }
+  }
+}
+
+TEST(CudaGraph, RecordedAttentionFollowsThePosition) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  const int64_t n = 3;
+  auto q = to_device(be, random_vec(size_t(n * kQw), 1, -1.5f, 1.5f));
+  auto k = to_device(be, random_vec(size_t(n * kKw), 2, -1.5f, 1.5f));
+  auto v = to_device(be, random_vec(size_t(n * kKw), 3, -1.f, 1.f));
+  const Tensor tq = Tensor::f32(q.p(), n, kQw), tk = Tensor::f32(k.p(), n, kKw), tv = Tensor::f32(v.p(), n, kKw);
+  Caches rec = fresh_caches(be, 7), ref = fresh_caches(be, 7);
+  auto orec = poisoned_device(be, size_t(n * kQw)), oref = poisoned_device(be, size_t(n * kQw));
+  auto pos = to_device(be, std::vector<int64_t>{0});
+  be.synchronize();
+
+  ASSERT_TRUE(be.begin_capture());
+  be.attention_at(tq, tk, tv, rec.k.p(), rec.v.p(), kCap, 0, pos.p(), kNq, kNkv, kHd, Tensor::f32(orec.p(), n, kQw));
+  auto graph = be.end_capture();
+  ASSERT_TRUE(graph != nullptr);
+  for (int64_t pos0 : {0, 3, 6, 150, 290}) {
+    be.upload(pos.p(), &pos0, sizeof(pos0));
+    graph->launch();
+    be.attention(tq, tk, tv, ref.k.p(), ref.v.p(), kCap, pos0, kNq, kNkv, kHd, Tensor::f32(oref.p(), n, kQw));
+    EXPECT_TRUE(same_bits(to_host(be, orec), to_host(be, oref))) << "pos0 " << pos0;
+    EXPECT_TRUE(same_bits(to_host(be, rec.k), to_host(be, ref.k))) << "pos0 " << pos0;
+  }
+}
+
+TEST(CudaGraph, RecordingThatAllocatesOrReleasesIsDropped) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  auto x = to_device(be, random_vec(256, 1, -1.f, 1.f));
+  const uint64_t e0 = be.memory_epoch();
+
+  ASSERT_TRUE(be.begin_capture());
+  be.relu2(Tensor::f32(x.p(), 1, 256));
+  EXPECT_TRUE(be.end_capture() != nullptr);
+
+  ASSERT_TRUE(be.begin_capture());
+  auto scratch = be.alloc(1024);
+  be.relu2(Tensor::f32(x.p(), 1, 256));
+  EXPECT_TRUE(be.end_capture() == nullptr);
+  EXPECT_EQ(be.memory_epoch(), e0);
+
+  ASSERT_TRUE(be.begin_capture());
+  scratch.reset();
+  EXPECT_TRUE(be.end_capture() == nullptr);
+  EXPECT_NE(be.memory_epoch(), e0);
+
+  // A synchronizing call while recording fails, and the backend is usable afterwards.
+  ASSERT_TRUE(be.begin_capture());
+  std::vector<float> host(256);
+  EXPECT_THROW(be.download(host.data(), x.p(), 256 * sizeof(float)), Error);
+  EXPECT_TRUE(be.end_capture() == nullptr);
+  be.relu2(Tensor::f32(x.p(), 1, 256));
+  be.download(host.data(), x.p(), 256 * sizeof(float));
+}
+
+}  // namespace
+}  // namespace tandem::test
