@@ -342,7 +342,7 @@ int cmd_convert(const std::vector<std::string>& argv) {
     std::set<std::string> want;
     for (const Item* it : pending) want.insert(it->module);
     auto t0 = std::chrono::steady_clock::now();
-    calib = calibrate(s.input, calib_text, want, s.rows, kSequenceTokens, 0);
+    calib = calibrate(s.input, calib_text, want, s.rows, kSequenceTokens, -1);
     size_t seen = 0;
     for (const auto& [n, h] : calib.hessians) seen += h.rows > 0;
     std::fprintf(stderr, "convert: calibration ran %lld tokens in %d sequences (%.1f s); %zu of %zu linears saw rows\n",
@@ -451,8 +451,8 @@ int cmd_convert(const std::vector<std::string>& argv) {
     } else {
       c.AddMember("method", "hessian", al);
       c.AddMember("file", rapidjson::Value(fs::path(s.calibration).filename().string().c_str(), al), al);
-      c.AddMember("rows", rapidjson::Value(int64_t(calib.tokens)), al);
-      c.AddMember("cols", rapidjson::Value(int64_t(s.rows)), al);
+      c.AddMember("tokens", rapidjson::Value(int64_t(calib.tokens)), al);
+      c.AddMember("max_tokens", rapidjson::Value(int64_t(s.rows)), al);
       c.AddMember("sequence_tokens", rapidjson::Value(int64_t(kSequenceTokens)), al);
     }
     q.AddMember("calibration", c, al);

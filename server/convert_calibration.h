@@ -26,7 +26,8 @@ struct CalibrationResult {
 
 // Tokenizes `text` with the checkpoint's tokenizer (tokenizer.json + tokenizer_config.json beside
 // it), keeps the first `max_tokens`, runs them as sequences of at most `sequence_tokens` and returns
-// the Hessians of the linears named in `linears`. Errors: no tokenizer, empty text.
+// the Hessians of the linears named in `linears`. `threads` as LoadOptions::threads (-1 keeps the
+// current pool). Errors: no tokenizer, empty text.
 CalibrationResult calibrate(const std::string& model_dir, const std::string& text, const std::set<std::string>& linears,
                             int64_t max_tokens, int64_t sequence_tokens, int threads);
 
