@@ -1,6 +1,7 @@
 // Command-line parsing and the profile/flag merge.
 #include "cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "tandem/error.h"
+#include "tandem/speculate.h"
 
 namespace tandem::cli {
 
@@ -130,6 +132,19 @@ std::vector<int32_t> read_tokens(const std::string& path) {
   }
   check(!out.empty(), "token file '", path, "' holds no tokens");
   return out;
+}
+
+DraftOptions draft_options(const Args& a, DraftOptions draft, const std::string& command) {
+  if (a.has("draft")) {
+    draft.drafters = parse_drafter_names(a.str("draft"));
+    std::erase_if(draft.settings, [&](const auto& kv) {
+      return std::find(draft.drafters.begin(), draft.drafters.end(), kv.first) == draft.drafters.end();
+    });
+  }
+  draft.staircut.force_k = int(a.integer("draft-k", draft.staircut.force_k));
+  check(!a.has("draft-k") || draft.staircut.force_k >= 0, "tandem ", command, ": --draft-k must be at least 0");
+  check(!a.has("draft-k") || !draft.drafters.empty(), "tandem ", command, ": --draft-k needs drafters (--draft NAME)");
+  return draft;
 }
 
 }  // namespace tandem::cli

@@ -35,6 +35,9 @@ extern const std::set<std::string> kModelOptions;
 Profile resolve_profile(const Args& a);
 // Load progress on stderr: a bar redrawn in place on a terminal, otherwise a line every 10 %.
 std::function<void(double)> progress_printer(const std::string& what);
+// The profile's `draft:` section with --draft NAME[,NAME…]|none and --draft-k K applied (the
+// profile's settings of drafters not named in --draft are dropped); errors name `command`.
+DraftOptions draft_options(const Args& a, DraftOptions profile, const std::string& command);
 // Whitespace-separated token ids.
 std::vector<int32_t> read_tokens(const std::string& path);
 

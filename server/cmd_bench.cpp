@@ -1,6 +1,7 @@
 // `tandem bench`: loads a model (a file, or a synthetic one straight into device memory), measures the
 // device's copy bandwidth, decode at batch 1, verify of k = 1..15 tokens, prefill at several prompt
-// lengths and, when decode is far from its roofline (or when asked), the time per layer kind.
+// lengths and, when decode is far from its roofline (or when asked), the time per layer kind; with
+// --draft, drafted decode of the same prompt (bench_draft.h); with --asks, the §6 protocol instead.
 #include "cmd_bench.h"
 
 #include <rapidjson/prettywriter.h>
@@ -16,6 +17,8 @@
 #include <optional>
 #include <sstream>
 
+#include "bench_asks.h"
+#include "bench_draft.h"
 #include "cli.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
@@ -23,6 +26,7 @@
 #include "tandem/error.h"
 #include "tandem/parallel.h"
 #include "tandem/registry.h"
+#include "text_codec.h"
 
 namespace tandem::server {
 namespace {
@@ -59,6 +63,7 @@ struct Report {
   std::vector<Prefill> prefill;
   int64_t prefill_chunk = 0;
   std::vector<KindTime> profile;
+  std::vector<DraftRun> drafting;
   int profile_steps = 0;
   size_t peak_memory = 0;
 
@@ -245,6 +250,10 @@ void write_json(const Report& r, const std::string& path) {
   }
   w.EndArray();
   u64("peak_memory_bytes", r.peak_memory);
+  if (!r.drafting.empty()) {
+    w.Key("drafting");
+    write_draft_runs(w, r.drafting);
+  }
   w.Key("layer_profile");
   w.StartObject();
   u64("steps", uint64_t(r.profile_steps));
@@ -303,6 +312,22 @@ void print_table(const Report& r) {
       std::printf("    %-12s %6d %12.3f %16zu %12.1f\n", k.kind.c_str(), k.layers, k.ms_per_token, k.bytes,
                   k.ms_per_token > 0 ? double(k.bytes) / (k.ms_per_token * 1e-3) * 1e-9 : 0.0);
   }
+  for (const DraftRun& d : r.drafting) print_draft_run(d);
+}
+
+// One set of --draft: the profile's drafting settings (StairCut knobs, settings of the drafters
+// named) with --draft-k, --draft-max-k and --draft-cost-context applied.
+DraftOptions draft_set(DraftOptions o, const std::vector<std::string>& names, const cli::Args& a) {
+  o.drafters = names;
+  std::erase_if(o.settings,
+                [&](const auto& kv) { return std::find(names.begin(), names.end(), kv.first) == names.end(); });
+  o.staircut.force_k = int(a.integer("draft-k", o.staircut.force_k));
+  o.staircut.max_k = int(a.integer("draft-max-k", o.staircut.max_k));
+  o.cost_context = a.integer("draft-cost-context", o.cost_context);
+  check(o.staircut.force_k >= -1, "tandem bench: --draft-k must be at least 0");
+  check(o.staircut.max_k >= 1 && o.staircut.max_k <= 255, "tandem bench: --draft-max-k must be in [1, 255]");
+  check(o.cost_context >= 1, "tandem bench: --draft-cost-context must be at least 1");
+  return o;
 }
 
 }  // namespace
@@ -310,8 +335,9 @@ void print_table(const Report& r) {
 int cmd_bench(const std::vector<std::string>& argv) {
   auto opts = cli::kModelOptions;
   opts.insert({"synth", "mix", "seed", "json", "decode-tokens", "prompt-tokens", "verify-max", "verify-reps",
-               "prefill", "prefill-budget", "prefill-chunk", "profile-steps"});
-  cli::Args a(argv, opts, {"uniform", "profile-layers", "no-profile", "verbose"}, "bench");
+               "prefill", "prefill-budget", "prefill-chunk", "profile-steps", "draft", "draft-k", "draft-max-k",
+               "draft-cost-context", "asks-tokens", "asks-runs"});
+  cli::Args a(argv, opts, {"uniform", "profile-layers", "no-profile", "verbose", "asks"}, "bench");
   const bool synthetic = a.has("synth");
   check(synthetic != (a.has("model") || a.has("config")), "tandem bench: give --synth SHAPE, or --model/--config");
   Profile p;
@@ -341,9 +367,30 @@ int cmd_bench(const std::vector<std::string>& argv) {
         "least 1");
   check(r.prompt_tokens + r.decode_tokens + 1 <= p.context && r.prompt_tokens + verify_max <= p.context,
         "tandem bench: the prompt and the tokens to decode exceed --context ", p.context);
+  const bool asks = a.flag("asks");
+  check(!asks || !synthetic, "tandem bench --asks needs a model with a tokenizer and a chat template (--model or "
+        "--config), not --synth");
+  std::vector<std::vector<std::string>> draft_sets;
+  if (a.has("draft")) draft_sets = parse_draft_sets(a.str("draft"));
+  check(!a.has("draft-k") || !draft_sets.empty() || asks, "tandem bench: --draft-k needs --draft");
+  const DraftOptions draft_base = synthetic ? DraftOptions{} : p.draft;
 
   PluginRegistry reg;
   reg.load_default();
+  if (asks) {
+    check(draft_sets.size() <= 1, "tandem bench --asks takes one set of drafters (--draft NAME[,NAME…])");
+    AsksOptions o;
+    o.tokens = int(a.integer("asks-tokens", 512));
+    o.runs = int(a.integer("asks-runs", 3));
+    o.context = p.context;
+    o.draft = draft_set(draft_base, draft_sets.empty() ? draft_base.drafters : draft_sets[0], a);
+    o.json = a.str("json", "");
+    o.command = r.command, o.commit = r.commit, o.date = r.date, o.model = p.load.path;
+    p.load.progress = cli::progress_printer("loading weights");
+    auto model = Model::load(p.load, reg);
+    run_asks(*model, reg, *make_text_codec(p, *open_checkpoint(p.load, reg)), o);
+    return 0;
+  }
   // The copy bandwidth first, on a backend of its own, while the device is still empty.
   r.bandwidth = reg.backend(p.load.device)->measure_copy_bandwidth();
   std::unique_ptr<Model> model;
@@ -392,8 +439,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
   g.max_tokens = std::min(8, r.decode_tokens + 1);
   generate(*model, prompt, g);  // warm-up
   g.max_tokens = r.decode_tokens + 1;
-  r.decode_seconds = generate(*model, prompt, g).decode_seconds;
+  const GenerateResult plain = generate(*model, prompt, g);
+  r.decode_seconds = plain.decode_seconds;
   std::fprintf(stderr, "decode: %.2f tok/s\n", r.decode_tps());
+  const GraphStats& gs = model->graph_stats();
+  if (gs.replayed > 0)
+    std::fprintf(stderr, "decode: graphs used (%lld recorded, %lld passes replayed, %lld op by op)\n",
+                 (long long)gs.captured, (long long)gs.replayed, (long long)gs.eager);
+  else
+    std::fprintf(stderr, "decode: graphs not used (%s)\n", gs.off_reason.empty() ? "none recorded" : gs.off_reason.c_str());
 
   // Verify: k tokens in one pass at the same position, none accepted.
   {
@@ -412,6 +466,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
       }
       r.verify_seconds.push_back(median(t));
     }
+  }
+
+  // Drafted decode of the same prompt, one run per set of drafters; T_v(m) is measured by the first
+  // and shared, StairCut starts fresh for each.
+  std::vector<double> verify_costs;
+  for (const auto& set : draft_sets) {
+    DraftOptions o = draft_set(draft_base, set, a);
+    if (o.verify_costs.empty()) o.verify_costs = verify_costs;
+    r.drafting.push_back(bench_drafting(*model, reg, o, prompt, plain, g));
+    verify_costs = r.drafting.back().verify_costs;
+    std::fprintf(stderr, "drafted decode (%s): %.2f tok/s, %.2f tokens per step\n", r.drafting.back().drafters.c_str(),
+                 r.drafting.back().drafted_tps(), r.drafting.back().metrics.tokens_per_step());
   }
 
   // Prefill, shortest first; a size whose time, extrapolated from the last one, would pass the budget

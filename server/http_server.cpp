@@ -81,6 +81,12 @@ const Route kRoutes[] = {
     {"/props", http::verb::get, RouteId::props},
 };
 
+std::string drafter_label(const DraftOptions& d) {
+  std::string s;
+  for (const auto& n : d.drafters) s += (s.empty() ? "" : ",") + n;
+  return s.empty() ? "none" : s;
+}
+
 std::string fingerprint(const LoadedModel& m) {
   // FNV-1a over what identifies the weights cheaply: file, format and size.
   std::string id = m.path + "|" + m.model->format_name() + "|" + std::to_string(m.model->weight_bytes());
@@ -364,11 +370,11 @@ void HttpServer::Impl::load() {
     state.metrics.set_engine_info({{"version", TANDEM_VERSION},
                                    {"model", name},
                                    {"weights", model.format_name()},
-                                   {"drafter", "none"},
+                                   {"drafter", drafter_label(state.options.scheduler.draft)},
                                    {"window", std::to_string(state.options.scheduler.context)},
                                    {"slots", std::to_string(state.options.scheduler.slots)}});
     state.scheduler = std::make_unique<Scheduler>(*state.loaded.model, state.loaded.codec, state.metrics,
-                                                  state.options.scheduler);
+                                                  state.options.scheduler, state.loaded.registry.get());
     Phase expected = Phase::loading;
     state.phase.compare_exchange_strong(expected, Phase::ready);
     spdlog::info("model '{}' loaded in {:.1f} s ({:.1f} MiB of weights); serving on http://{}:{}", name,

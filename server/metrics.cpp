@@ -118,6 +118,74 @@ void Metrics::request_latencies(double e2e, double queue, double prefill, double
   decode_.observe(decode);
 }
 
+void Metrics::set_drafting(const std::vector<std::string>& drafters, const std::vector<double>& verify_costs) {
+  std::lock_guard lk(mu_);
+  spec_ = DraftMetrics{};
+  for (const auto& n : drafters) spec_.drafters.push_back({n});
+  verify_costs_ = verify_costs;
+}
+
+void Metrics::set_verify_costs(const std::vector<double>& verify_costs) {
+  std::lock_guard lk(mu_);
+  verify_costs_ = verify_costs;
+}
+
+void Metrics::drafted(const DraftMetrics& request) {
+  std::lock_guard lk(mu_);
+  spec_.add(request);
+  ++spec_requests_;
+}
+
+// Speculative decoding with vLLM's names (vllm/v1/spec_decode/metrics.py): positions are 0-based
+// as there; `k` is the number of drafts a step verified, k = 0 (a plain step) under drafter "none".
+void Metrics::render_spec(std::string& o, const std::string& m) const {
+  auto line = [&](const std::string& name, const std::string& labels, double v) {
+    o += name + "{" + m + labels + "} " + num(v) + "\n";
+  };
+  auto drafter = [](const std::string& n) { return ",drafter=\"" + escape(n) + "\""; };
+  const auto& ds = spec_.drafters;
+  auto per_drafter = [&](const char* name, const char* help, auto value) {
+    head(o, name, "counter", help);
+    if (ds.empty()) line(name, drafter("none"), 0);
+    for (const auto& d : ds) line(name, drafter(d.name), double(value(d)));
+  };
+  per_drafter("tandem:spec_decode_num_drafts_total", "Verify steps that checked this drafter's chain.",
+              [](const DraftMetrics::PerDrafter& d) { return d.drafts; });
+  per_drafter("tandem:spec_decode_num_draft_tokens_total", "Draft tokens verified.",
+              [](const DraftMetrics::PerDrafter& d) { return d.drafted_tokens; });
+  per_drafter("tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+              [](const DraftMetrics::PerDrafter& d) { return d.accepted_tokens; });
+  auto per_pos = [&](const char* name, const char* help, bool accepted) {
+    head(o, name, "counter", help);
+    for (const auto& d : ds) {
+      const auto& v = accepted ? d.accepted_at : d.tried_at;
+      for (size_t j = 0; j < v.size(); ++j) line(name, drafter(d.name) + ",position=\"" + std::to_string(j) + "\"", double(v[j]));
+    }
+  };
+  per_pos("tandem:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens accepted, by position in the chain (0-based).", true);
+  // Reached: the drafts before it were all accepted, so its own verdict was taken (p_j = accepted / reached).
+  per_pos("tandem:spec_decode_num_reached_tokens_per_pos_total",
+          "Draft tokens whose verdict was taken (every earlier draft accepted), by position (0-based).", false);
+
+  head(o, "tandem:spec_decode_num_requests_total", "counter", "Requests decoded with drafting.");
+  line("tandem:spec_decode_num_requests_total", "", double(spec_requests_));
+  head(o, "tandem:spec_decode_num_steps_total", "counter", "Verify passes of drafted requests after their first token.");
+  line("tandem:spec_decode_num_steps_total", "", double(spec_.steps));
+  head(o, "tandem:spec_plain_steps_total", "counter", "Steps of drafted requests that verified no draft (StairCut chose k = 0).");
+  line("tandem:spec_plain_steps_total", "", double(spec_.plain_steps));
+  head(o, "tandem:spec_chosen_k_total", "counter", "Steps by the number of drafts verified (k); sums to the steps.");
+  line("tandem:spec_chosen_k_total", drafter("none") + ",k=\"0\"", double(spec_.plain_steps));
+  for (const auto& d : ds)
+    for (size_t k = 1; k < d.k_histogram.size(); ++k)
+      line("tandem:spec_chosen_k_total", drafter(d.name) + ",k=\"" + std::to_string(k) + "\"", double(d.k_histogram[k]));
+
+  head(o, "tandem:spec_verify_seconds", "gauge", "StairCut's verify cost T_v(m) for m rows (measured at start-up, then online).");
+  for (size_t r = 0; r < verify_costs_.size(); ++r)
+    line("tandem:spec_verify_seconds", ",rows=\"" + std::to_string(r + 1) + "\"", verify_costs_[r]);
+  head(o, "tandem:spec_draft_seconds", "gauge", "Mean host time of one proposal, by drafter.");
+  for (const auto& d : ds) line("tandem:spec_draft_seconds", drafter(d.name), d.proposals ? d.propose_seconds / double(d.proposals) : 0.0);
+}
+
 std::string Metrics::render(const EngineGauges& g) const {
   std::lock_guard lk(mu_);
   const std::string m = "model_name=\"" + escape(model_name_) + "\"";
@@ -161,14 +229,7 @@ std::string Metrics::render(const EngineGauges& g) const {
   hist("tandem:request_prefill_time_seconds", "Time spent prefilling the prompt.", prefill_);
   hist("tandem:request_decode_time_seconds", "Time from the first to the last generated token.", decode_);
 
-  // Speculation has not landed in the server yet; the series exist at 0 so dashboards can be built now.
-  const std::string d = m + ",drafter=\"none\"";
-  for (const char* name : {"tandem:spec_decode_num_drafts_total", "tandem:spec_decode_num_draft_tokens_total",
-                           "tandem:spec_decode_num_accepted_tokens_total"}) {
-    head(o, name, "counter", "Speculative decoding (no drafter in this build).");
-    o += std::string(name) + "{" + d + "} 0\n";
-  }
-  counter("tandem:spec_plain_steps_total", "Steps taken without a draft.", 0);
+  render_spec(o, m);
 
   head(o, "tandem:engine_info", "gauge", "Build and model facts; the value is always 1.");
   o += "tandem:engine_info{" + m;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/speculate.h"
+
 namespace tandem::server {
 
 class Histogram {
@@ -45,16 +47,26 @@ class Metrics {
   void time_to_first_token(double s);
   void inter_token_latency(double s);
   void request_latencies(double e2e, double queue, double prefill, double decode);
+  // Speculative decoding: the drafters in use and StairCut's measured T_v(m) (seconds, [m − 1]);
+  // without a call the spec_* series show drafter="none" at 0.
+  void set_drafting(const std::vector<std::string>& drafters, const std::vector<double>& verify_costs);
+  void set_verify_costs(const std::vector<double>& verify_costs);
+  void drafted(const DraftMetrics& request);  // one finished drafted request
 
   std::string render(const EngineGauges& g) const;
 
  private:
+  void render_spec(std::string& out, const std::string& model_label) const;  // under mu_
+
   mutable std::mutex mu_;
   std::string model_name_;
   std::map<std::string, std::string> engine_info_;
   std::map<int, uint64_t> http_;
   std::map<std::string, uint64_t> refused_, finished_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  DraftMetrics spec_;                  // summed over drafted requests
+  uint64_t spec_requests_ = 0;
+  std::vector<double> verify_costs_;
   Histogram ttft_, itl_, e2e_, queue_, prefill_, decode_;
 };
 

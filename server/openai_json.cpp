@@ -93,8 +93,8 @@ void timings(JsonWriter& w, const Timings& t) {
   key(w, "cache_n"), w.Int(0);
   key(w, "steps"), w.Int64(t.steps);
   key(w, "tokens_per_step"), w.Double(t.steps ? double(t.predicted_n) / double(t.steps) : 0.0);
-  key(w, "draft_tokens"), w.Int(0);
-  key(w, "accepted_tokens"), w.Int(0);
+  key(w, "draft_tokens"), w.Int64(t.draft_tokens);
+  key(w, "accepted_tokens"), w.Int64(t.accepted_tokens);
   w.EndObject();
 }
 

@@ -89,6 +89,7 @@ struct Timings {
   int64_t prompt_n = 0, predicted_n = 0;
   double prompt_ms = 0, predicted_ms = 0;
   int64_t steps = 0;
+  int64_t draft_tokens = 0, accepted_tokens = 0;  // drafted requests: drafts verified, and accepted
 };
 
 // Non-streamed bodies. `content` is null when empty and tool calls were made (OpenAI's rule);

@@ -201,7 +201,9 @@ Reply route_slots(ServerState& s, const std::string& query) {
     w.Key("request_id");
     if (i.request_id.empty()) w.Null();
     else str(w, i.request_id);
-    w.Key("drafter"), w.Null();
+    w.Key("drafter");
+    if (i.drafter.empty()) w.Null();
+    else str(w, i.drafter);
     w.EndObject();
   }
   w.EndArray();

@@ -48,7 +48,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   auto opts = cli::kModelOptions;
   opts.insert({"host", "port", "api-key", "api-key-file", "metrics-key", "served-model-name", "alias", "slots",
                "max-queue", "queue-timeout", "max-body-bytes", "default-max-tokens", "prefill-chunk", "drain-timeout",
-               "sse-ping-interval", "reasoning-budget", "reasoning-budget-message", "reasoning-effort"});
+               "sse-ping-interval", "reasoning-budget", "reasoning-budget-message", "reasoning-effort", "draft",
+               "draft-k"});
   cli::Args a(argv, opts, {"strict-fields", "verbose"}, "serve");
   Profile p = cli::resolve_profile(a);
   const ServerProfile& ps = p.server;
@@ -74,6 +75,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   o.scheduler.queue_timeout_s = a.number("queue-timeout", ps.queue_timeout.value_or(240));
   o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(512)));
   o.scheduler.context = p.context;
+  // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
+  o.scheduler.draft = cli::draft_options(a, p.draft, "serve");
   long long body = a.integer("max-body-bytes", ps.max_body_bytes.value_or((long long)o.max_body_bytes));
   o.max_body_bytes = size_t(body);
   o.default_max_tokens = int(a.integer("default-max-tokens", ps.default_max_tokens.value_or(p.max_tokens)));

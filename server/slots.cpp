@@ -1,5 +1,9 @@
 // The engine thread: admission from the FIFO queue, one step per busy slot per round, sampling
 // with the request's penalties and biases, and the end of each job (stop, length, abort, error).
+// With drafters every decode step is a DraftedRequest::step whose hooks are the same per-token rules
+// as a plain step (forced tokens, penalties, bias, min_tokens, grammar masks), applied to each
+// verified row in order: a draft survives only if it is the token the plain step would have picked,
+// so constrained and budgeted requests draft too, with the plain output (greedy: the same tokens).
 #include "slots.h"
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "tandem/error.h"
+#include "tandem/registry.h"
 
 #include "decode_control.h"
 #include "text_codec.h"
@@ -62,6 +67,8 @@ struct Scheduler::Slot {
   std::unique_ptr<Sequence> seq;
   std::unique_ptr<TextStream> text;
   std::unique_ptr<DecodeControl> control;  // chat jobs: reasoning budget and output constraints
+  std::unique_ptr<Drafting> drafting;      // null without drafters
+  std::unique_ptr<DraftedRequest> drafted; // the running job's drafting state, after its prefill
   Rng rng;
   std::vector<float> logits;
   size_t prefilled = 0;
@@ -73,7 +80,8 @@ struct Scheduler::Slot {
   Clock::time_point started, first_token, last_token;
 };
 
-Scheduler::Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metrics& metrics, SchedulerOptions options)
+Scheduler::Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metrics& metrics, SchedulerOptions options,
+                     PluginRegistry* registry)
     : model_(model), codec_(std::move(codec)), metrics_(metrics), options_(options) {
   check(options_.slots >= 1, "--slots must be at least 1, found ", options_.slots);
   check(options_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, found ", options_.prefill_chunk);
@@ -84,12 +92,23 @@ Scheduler::Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metri
     output_vocab_ = std::make_unique<OutputVocab>(*codec_, model_.desc().vocab, end_ids_);
     reasoning_close_ = codec_->reasoning_close();
   }
+  std::string drafter;
+  for (const auto& n : options_.draft.drafters) drafter += (drafter.empty() ? "" : ",") + n;
+  check(drafter.empty() || registry, "drafting: drafters '", drafter, "' were asked for but no plugin registry was given");
+  DraftOptions draft = options_.draft;
   for (int i = 0; i < options_.slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
-    slots_.back()->id = i;
-    info_.push_back(SlotInfo{i, "idle", 0, ""});
+    Slot& s = *slots_.back();
+    s.id = i;
+    if (!drafter.empty()) {
+      s.drafting = std::make_unique<Drafting>(model_, *registry, draft);
+      // The first slot measured T_v(m) on this machine; the others start from its table.
+      if (draft.verify_costs.empty()) draft.verify_costs = s.drafting->staircut().costs().table();
+    }
+    info_.push_back(SlotInfo{i, "idle", 0, "", drafter});
     active_.push_back(nullptr);
   }
+  if (!drafter.empty()) metrics_.set_drafting(options_.draft.drafters, draft.verify_costs);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -208,7 +227,7 @@ void Scheduler::admit_locked(Clock::time_point now) {
     }
     s.started = now;
     active_[size_t(s.id)] = s.job;
-    info_[size_t(s.id)] = SlotInfo{s.id, "prefill", 0, s.job->request_id};
+    info_[size_t(s.id)] = SlotInfo{s.id, "prefill", 0, s.job->request_id, info_[size_t(s.id)].drafter};
     ++running_;
   }
 }
@@ -228,7 +247,12 @@ void Scheduler::step(Slot& s) {
                            : std::nullopt);
     return;
   }
+  const char* reason = nullptr;
   try {
+    if (s.drafted) {
+      step_drafted(s);
+      return;
+    }
     if (s.prefilled < j.prompt.size()) {
       if (!s.seq) s.seq = model_.new_sequence(options_.context);
       size_t n = std::min(size_t(options_.prefill_chunk), j.prompt.size() - s.prefilled);
@@ -248,17 +272,40 @@ void Scheduler::step(Slot& s) {
     // The reasoning budget's close sequence goes in at its real positions, one token a step.
     int32_t tok = 0;
     const bool forced = s.control && s.control->forced(tok);
-    on_token(s, forced ? tok : sample(s), forced);
+    if (!forced) {
+      process(s, s.logits.data());
+      tok = model_.backend().sample(s.logits.data(), model_.desc().vocab, j.params.sampling, s.rng);
+    }
+    reason = on_token(s, tok, forced);
+    // After the prefill's token, a drafting slot decodes the rest of the request drafted.
+    if (!reason && s.drafting && !s.drafted)
+      s.drafted = std::make_unique<DraftedRequest>(*s.drafting, *s.seq, j.prompt, tok, j.params.sampling, s.rng);
   } catch (const std::exception& e) {
     spdlog::error("request {}: {}", j.request_id, e.what());
     finish(s, "error", ApiError{500, "server_error", "internal_error", "", std::string("generation failed: ") + e.what(),
                                 {{"x-should-retry", "false"}}});
+    return;
   }
+  if (reason) finish(s, reason);
 }
 
-int32_t Scheduler::sample(Slot& s) {
+// One verify pass of a drafted request. The job ends (finish) only after the pass: the Sequence
+// must outlive the commit that closes it.
+void Scheduler::step_drafted(Slot& s) {
+  Job& j = *s.job;
+  const char* reason = nullptr;
+  bool forced = false;
+  DraftHooks hooks;
+  hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
+  hooks.process = [&](float* row) { process(s, row); };
+  hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
+  ++s.steps;
+  s.drafted->step(j.max_tokens - s.generated, hooks);
+  if (reason) finish(s, reason);
+}
+
+void Scheduler::process(Slot& s, float* l) {
   const GenParams& p = s.job->params;
-  float* l = s.logits.data();
   const int vocab = model_.desc().vocab;
   for (auto [id, bias] : p.logit_bias) l[id] += bias;
   if (p.repetition_penalty != 1.0f) {
@@ -272,10 +319,9 @@ int32_t Scheduler::sample(Slot& s) {
     for (int32_t e : end_ids_)
       if (e >= 0 && e < vocab) l[e] = -std::numeric_limits<float>::infinity();
   if (s.control) s.control->mask(l);
-  return model_.backend().sample(l, vocab, p.sampling, s.rng);
 }
 
-void Scheduler::on_token(Slot& s, int32_t tok, bool forced) {
+const char* Scheduler::on_token(Slot& s, int32_t tok, bool forced) {
   Job& j = *s.job;
   auto now = Clock::now();
   if (s.generated == 0) {
@@ -293,9 +339,10 @@ void Scheduler::on_token(Slot& s, int32_t tok, bool forced) {
   std::string text = s.text && !at_eos ? s.text->push(tok) : std::string();
   j.emit(text, tok);
   if (s.control) s.control->on_token(tok, forced);
-  if (at_eos || (s.text && s.text->stopped()) || (s.control && s.control->done())) finish(s, "stop");
-  else if (s.generated >= j.max_tokens) finish(s, "length");
-  else publish(s);
+  if (at_eos || (s.text && s.text->stopped()) || (s.control && s.control->done())) return "stop";
+  if (s.generated >= j.max_tokens) return "length";
+  publish(s);
+  return nullptr;
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason, std::optional<ApiError> error) {
@@ -319,6 +366,13 @@ void Scheduler::finish(Slot& s, const std::string& reason, std::optional<ApiErro
     metrics_.request_latencies(seconds(j.arrived_, now), seconds(j.arrived_, s.started), seconds(s.started, prefill_end),
                                o.timings.predicted_ms / 1000.0);
 
+  if (s.drafted) {
+    o.timings.draft_tokens = s.drafted->metrics().drafted_tokens;
+    o.timings.accepted_tokens = s.drafted->metrics().accepted_tokens;
+    metrics_.drafted(s.drafted->metrics());
+    s.drafted.reset();  // before its Sequence; its numbers join the slot's Drafting totals
+    metrics_.set_verify_costs(s.drafting->staircut().costs().table());
+  }
   std::shared_ptr<Job> job = std::move(s.job);
   s.seq.reset();  // a fresh Sequence per request: no prefix reuse yet, and the memory goes back now
   s.text.reset();
@@ -326,7 +380,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, std::optional<ApiErro
   {
     std::lock_guard lk(mu_);
     active_[size_t(s.id)] = nullptr;
-    info_[size_t(s.id)] = SlotInfo{s.id, "idle", 0, ""};
+    info_[size_t(s.id)] = SlotInfo{s.id, "idle", 0, "", info_[size_t(s.id)].drafter};
     --running_;
   }
   job->finish(std::move(o));

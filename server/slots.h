@@ -1,6 +1,7 @@
 // The queue in front of N slots and the one engine thread that drives the Model: each round it
-// admits queued jobs into free slots, then gives every busy slot one step (a prefill chunk or one
-// decode token), round-robin, so slots take turns on the single-threaded Model.
+// admits queued jobs into free slots, then gives every busy slot one step (a prefill chunk, one
+// decode token, or with drafters one verify pass of 1..k+1 tokens), round-robin, so slots take
+// turns on the single-threaded Model.
 // Owner: the Scheduler owns its thread, its slots and their Sequences, and borrows the Model, the
 // codec and the metrics, which must outlive it. A Job is shared (std::shared_ptr) by the HTTP side
 // and the engine. Thread: submit/close/cancel_all/counts/slots from any thread; Job::take and
@@ -23,6 +24,11 @@
 #include "metrics.h"
 #include "openai_json.h"
 #include "tandem/model.h"
+#include "tandem/speculate.h"
+
+namespace tandem {
+class PluginRegistry;
+}
 
 namespace tandem::server {
 
@@ -84,6 +90,9 @@ struct SchedulerOptions {
   int64_t context = 4096;          // tokens per slot
   int prefill_chunk = 512;         // tokens per prefill step, so other slots and cancels get a turn
   double queue_timeout_s = 0;      // 0 = wait forever
+  // Drafters (profile `draft:`, `tandem serve --draft`); none = plain decoding. Each slot gets its
+  // own Drafting (StairCut keeps per-request state); the verify costs are measured once.
+  DraftOptions draft;
   std::function<void()> after_step;  // tests: called on the engine thread after every slot step
 };
 
@@ -92,13 +101,16 @@ struct SlotInfo {
   const char* state = "idle";      // idle, prefill, decode
   int64_t n_past = 0;
   std::string request_id;
+  std::string drafter;             // the slot's drafters, comma-separated; "" = plain
 };
 
 class Scheduler {
  public:
   enum class Admission { accepted, queue_full, draining };
 
-  Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metrics& metrics, SchedulerOptions options);
+  // `registry` provides the drafters named in options.draft (needed only when there are some).
+  Scheduler(Model& model, std::shared_ptr<const TextCodec> codec, Metrics& metrics, SchedulerOptions options,
+            PluginRegistry* registry = nullptr);
   ~Scheduler();  // cancels every job and joins the engine thread
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -115,8 +127,9 @@ class Scheduler {
   void run();
   void admit_locked(Clock::time_point now);
   void step(Slot& s);
-  int32_t sample(Slot& s);
-  void on_token(Slot& s, int32_t token, bool forced);
+  void step_drafted(Slot& s);
+  void process(Slot& s, float* logits);
+  const char* on_token(Slot& s, int32_t token, bool forced);  // the finish reason, or null to go on
   void finish(Slot& s, const std::string& reason, std::optional<ApiError> error = std::nullopt);
   void publish(const Slot& s);
 

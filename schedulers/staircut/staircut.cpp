@@ -154,7 +154,10 @@ Pick StairCut::pick(const std::vector<Offer>& offers) {
         level_score = std::max(level_score, score(o.drafter, o.bucket, k));
     // A best k below the level only challenges it when the proposal was long enough for more.
     bool other = all.k > level_ || (all.k < level_ && all.k < all.length);
-    if (s0 > all.score * (1 + o_.margin_plain)) want = 0;
+    // Entering drafting takes the margin; leaving it does not: a level that no longer beats plain
+    // costs time every step (a drafter that is never right, with a cheap extra row, would otherwise
+    // stay drafting at up to h0 slower than plain). The band [1, 1 + h0] · R_0 is the hysteresis.
+    if (s0 > all.score) want = 0;
     else if (other && all.score > level_score * (1 + o_.margin)) want = all.k;
   }
   streak_ = want >= 0 ? streak_ + 1 : 0;

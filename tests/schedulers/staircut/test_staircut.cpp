@@ -85,7 +85,7 @@ TEST(StairCut, StaysPlainWhenDraftingCannotPay) {
   EXPECT_EQ(low.pick({{0, 0, 0}}).drafter, -1);
 }
 
-TEST(StairCut, EntersAndLeavesPlainOnlyPastTheMarginForPersistSteps) {
+TEST(StairCut, EntersPlainPastTheMarginLeavesWhenPlainWinsForPersistSteps) {
   // T_v(2) = 1.1 T_v(1): one draft pays when 1 + p > 1.1 · (1 + h0) = 1.155.
   StairCut sc({1}, VerifyCosts({1e-3, 1.1e-3}), quiet());
   set_curve(sc, 0, 0, [](int) { return 0.14; });  // 1.14: better than plain, inside the margin
@@ -93,10 +93,10 @@ TEST(StairCut, EntersAndLeavesPlainOnlyPastTheMarginForPersistSteps) {
   set_curve(sc, 0, 0, [](int) { return 0.30; });
   EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 0) << "one step is not enough";
   EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 1) << "persist_steps = 2";
-  set_curve(sc, 0, 0, [](int) { return 0.07; });  // plain wins by 2.8 %: inside the margin, keep drafting
+  set_curve(sc, 0, 0, [](int) { return 0.12; });  // drafting wins by 1.8 %: inside the band, keep drafting
   for (int step = 0; step < 20; ++step) EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 1);
-  set_curve(sc, 0, 0, [](int) { return 0.0; });  // plain wins by 10 %
-  EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 1);
+  set_curve(sc, 0, 0, [](int) { return 0.07; });  // plain wins by 2.8 %: leaving needs no margin
+  EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 1) << "one step is not enough";
   EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 0);
 }
 

@@ -30,6 +30,11 @@ PluginRegistry& registry() {
   return reg;
 }
 
+// The loaded model's registry (drafters are looked up in it); the static one outlives every server.
+std::shared_ptr<PluginRegistry> shared_registry() {
+  return std::shared_ptr<PluginRegistry>(&registry(), [](PluginRegistry*) {});
+}
+
 LoadOptions tiny_load() {
   LoadOptions o;
   o.path = data_path("hf/latent");
@@ -61,6 +66,7 @@ std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
   auto loader = [codec, gate](const std::function<void(double)>& progress) {
     if (gate.valid()) gate.wait();
     server::LoadedModel m;
+    m.registry = shared_registry();
     LoadOptions o = tiny_load();
     o.progress = progress;
     m.model = Model::load(o, registry());
@@ -92,6 +98,7 @@ std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o) {
 std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o, const Profile& p) {
   auto loader = [p](const std::function<void(double)>& progress) {
     server::LoadedModel m;
+    m.registry = shared_registry();
     LoadOptions lo = p.load;
     lo.progress = progress;
     m.model = Model::load(lo, registry());

@@ -11,7 +11,7 @@ namespace tandem {
 
 struct StairCutOptions {
   double margin = 0.03;         // h: move between drafting levels only when the new one wins by this
-  double margin_plain = 0.05;   // h0: enter or leave plain decoding only with this margin
+  double margin_plain = 0.05;   // h0: start drafting only when it beats plain by this; stop once plain wins
   int persist_steps = 2;        // w: ... for this many consecutive steps
   int probe_every = 16;         // run an expensive drafter every this many plain steps (retro-scoring)
   int force_k = -1;             // −1 = off; else verify min(force_k, proposal) drafts every step
