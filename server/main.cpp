@@ -37,14 +37,18 @@ commands:
             [--queue-timeout S] [--max-body-bytes N] [--default-max-tokens N] [--prefill-chunk N]
             [--drain-timeout S] [--sse-ping-interval S] [--strict-fields] [--reasoning-budget N]
             [--reasoning-budget-message TEXT] [--reasoning-effort none|low|medium|high|…]
+            [--draft NAME[,NAME…]|none] [--draft-k K]
             OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, exit 0;
-            flags win over the profile's server: section
+            flags win over the profile's server: and draft: sections
   synth     --shape tiny|nano|bolt|super [--uniform] --mix gguf-iq2|bf16 (--out PATH | --dry-run)
             [--seed S]   a model with random weights in a real shape and type mix (no model options)
   bench     (--config P | --model PATH | --synth SHAPE [--mix M] [--uniform]) [--json FILE]
             [--decode-tokens N] [--prompt-tokens N] [--verify-max K] [--prefill N,N,…]
             [--prefill-budget S] [--prefill-chunk N] [--profile-layers | --no-profile]
-            (context 32768 unless given)
+            [--draft SET[:SET…]] [--draft-k K] [--draft-max-k K] [--draft-cost-context N]
+            [--asks [--asks-tokens N] [--asks-runs N]]   (context 32768 unless given)
+            --draft: drafted decode of the same prompt per SET (NAME[,NAME…]; test drafters oracle, wrong)
+            --asks: the five-ask protocol of docs/benchmarks.md (needs --model/--config, a chat template)
   convert   --to exl3 --bits B [--head-bits H|16] [--other-bits O] [--codebook mul1|mcg|3inst]
             [--calibration FILE] [--rows N] [--seed S] [--threads N] [--force] INPUT_DIR OUTPUT_DIR
             quantize a BF16 safetensors folder to EXL3 (routed experts at B bits; other linears at O
