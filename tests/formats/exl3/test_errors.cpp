@@ -2,6 +2,7 @@
 // device rule.
 #include <gtest/gtest.h>
 
+#include "device_only_backend.h"
 #include "exl3_test_util.h"
 #include "formats/exl3/exl3_cpu.h"
 #include "formats/exl3/exl3_format.h"
@@ -11,6 +12,7 @@
 using namespace tandem;
 using exl3_test::GroupBuilder;
 using exl3_test::RandomLinear;
+using test::DeviceOnlyBackend;
 
 namespace {
 
@@ -32,31 +34,6 @@ void expect_load_error(const TensorGroup& g, std::initializer_list<std::string> 
 }
 
 std::vector<uint16_t> words(size_t n) { return std::vector<uint16_t>(n, 0x1234); }
-
-// A backend that only answers device(); loading must not touch anything else.
-class DeviceOnlyBackend final : public Backend {
- public:
-  explicit DeviceOnlyBackend(std::string device) : device_(std::move(device)) {}
-  std::string device() const override { return device_; }
-  std::unique_ptr<Buffer> alloc(size_t) override { fail("test backend: alloc"); }
-  void upload(void*, const void*, size_t) override { fail("test backend: upload"); }
-  void download(void*, const void*, size_t) override { fail("test backend: download"); }
-  void rms_norm(const Tensor&, const float*, float, const Tensor&) override { fail("test backend"); }
-  void gated_rms_norm(const Tensor&, const Tensor&, const float*, int, float, const Tensor&) override {
-    fail("test backend");
-  }
-  void add(const Tensor&, const Tensor&, const Tensor&) override { fail("test backend"); }
-  void relu2(const Tensor&) override { fail("test backend"); }
-  void attention(const Tensor&, const Tensor&, const Tensor&, float*, float*, int64_t, int64_t, int, int, int,
-                 const Tensor&) override {
-    fail("test backend");
-  }
-  void moe_route(const Tensor&, const float*, const RouteParams&, int32_t*, float*) override { fail("test backend"); }
-  int32_t sample(const float*, int64_t, const SamplingParams&, Rng&) override { fail("test backend"); }
-
- private:
-  std::string device_;
-};
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // Helpers for the safetensors tests: temp folders, hand-made (possibly broken) files, error checks,
-// a fake backend, and an independent float64 decoding of BF16/F16/F32.
+// the device-only backend, and an independent float64 decoding of BF16/F16/F32.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device_only_backend.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "test_util.h"
@@ -69,29 +70,6 @@ inline double ref_value(const std::string& dtype, const uint8_t* p) {
   return dtype == "BF16" ? ref_bf16(h) : ref_f16(h);
 }
 
-// A backend that only answers device(); the format must not touch anything else.
-class FakeBackend final : public Backend {
- public:
-  explicit FakeBackend(std::string device) : device_(std::move(device)) {}
-  std::string device() const override { return device_; }
-  std::unique_ptr<Buffer> alloc(size_t) override { fail("fake backend: alloc"); }
-  void upload(void*, const void*, size_t) override { fail("fake backend: upload"); }
-  void download(void*, const void*, size_t) override { fail("fake backend: download"); }
-  void rms_norm(const Tensor&, const float*, float, const Tensor&) override { fail("fake backend"); }
-  void gated_rms_norm(const Tensor&, const Tensor&, const float*, int, float, const Tensor&) override {
-    fail("fake backend");
-  }
-  void add(const Tensor&, const Tensor&, const Tensor&) override { fail("fake backend"); }
-  void relu2(const Tensor&) override { fail("fake backend"); }
-  void attention(const Tensor&, const Tensor&, const Tensor&, float*, float*, int64_t, int64_t, int, int, int,
-                 const Tensor&) override {
-    fail("fake backend");
-  }
-  void moe_route(const Tensor&, const float*, const RouteParams&, int32_t*, float*) override { fail("fake backend"); }
-  int32_t sample(const float*, int64_t, const SamplingParams&, Rng&) override { fail("fake backend"); }
-
- private:
-  std::string device_;
-};
+using tandem::test::DeviceOnlyBackend;
 
 }  // namespace tandem::safetensors::test

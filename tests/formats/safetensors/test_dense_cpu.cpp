@@ -17,7 +17,7 @@ namespace tandem::safetensors {
 namespace {
 
 using test::expect_error;
-using test::FakeBackend;
+using test::DeviceOnlyBackend;
 using test::TempDir;
 
 WriteTensor make_typed(const std::string& dtype, const std::string& name, const std::vector<int64_t>& shape,
@@ -41,7 +41,7 @@ std::unique_ptr<Loaded> load_one(const WriteTensor& t) {
   l->ckpt = open_checkpoint(l->dir.path());
   l->raw = l->ckpt->find(t.name);
   TensorGroup g{t.name, {l->raw}};
-  FakeBackend cpu("cpu");
+  DeviceOnlyBackend cpu("cpu");
   l->weight = SafetensorsFormat().load(g, cpu);
   return l;
 }
@@ -182,7 +182,7 @@ TEST(DenseTensor, MisalignedSourceIsRead) {
   ASSERT_EQ(json.size() % 2, 1u);
   test::write_bytes(dir.file("m.safetensors"), test::u64_le(json.size()) + json + std::string("\x80\x3f\x00\xc0\x40\x40", 6));
   auto ckpt = open_checkpoint(dir.path());
-  FakeBackend cpu("cpu");
+  DeviceOnlyBackend cpu("cpu");
   auto w = SafetensorsFormat().load(TensorGroup{"w", {ckpt->find("w")}}, cpu);
   std::vector<float> x = {1.f, 10.f, 100.f}, y(1);
   w->matmul(Tensor::f32(x.data(), 1, 3), Tensor::f32(y.data(), 1, 1));
@@ -219,7 +219,7 @@ TEST(SafetensorsFormat, LoadPicksWeightMemberAndRejectsOthers) {
                                          make_bf16("p.packed", {1}, {0}), WriteTensor{"q.weight", "U8", {1}, {3}}});
   auto ckpt = open_checkpoint(dir.path());
   SafetensorsFormat fmt;
-  FakeBackend cpu("cpu"), cuda("cuda");
+  DeviceOnlyBackend cpu("cpu"), cuda("cuda");
   TensorGroup g{"g", {ckpt->find("g.weight"), ckpt->find("g.e_score_correction_bias")}};
   auto w = fmt.load(g, cpu);
   EXPECT_EQ(w->shape(), (std::vector<int64_t>{2, 3}));
