@@ -1,5 +1,5 @@
-// Helpers for the GGUF container tests: temp folders, error checks, a device-only backend, an
-// independent byte builder for hand-made GGUF files (spec/formats.md § 2), and a tiny Nemotron-H MoE
+// Helpers for the GGUF container tests: temp folders, error checks, a device-only backend, the
+// plugins and a placeholder vocabulary for end-to-end models, an independent byte builder for hand-made GGUF files (spec/formats.md § 2), and a tiny Nemotron-H MoE
 // model written with the writer under test.
 #pragma once
 #include <gtest/gtest.h>
@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "device_only_backend.h"
 #include "formats/gguf/gguf_metadata.h"
 #include "formats/gguf/gguf_writer.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
+#include "tandem/registry.h"
 #include "test_util.h"
 
 namespace tandem::gguf::test {
@@ -83,30 +85,36 @@ class ByteBuilder {
   std::vector<uint8_t> bytes_;
 };
 
-// A backend that only answers device(); the format must not touch anything else.
-class DeviceOnlyBackend final : public Backend {
- public:
-  explicit DeviceOnlyBackend(std::string device) : device_(std::move(device)) {}
-  std::string device() const override { return device_; }
-  std::unique_ptr<Buffer> alloc(size_t) override { fail("test backend: alloc"); }
-  void upload(void*, const void*, size_t) override { fail("test backend: upload"); }
-  void download(void*, const void*, size_t) override { fail("test backend: download"); }
-  void rms_norm(const Tensor&, const float*, float, const Tensor&) override { fail("test backend"); }
-  void gated_rms_norm(const Tensor&, const Tensor&, const float*, int, float, const Tensor&) override {
-    fail("test backend");
-  }
-  void add(const Tensor&, const Tensor&, const Tensor&) override { fail("test backend"); }
-  void relu2(const Tensor&) override { fail("test backend"); }
-  void attention(const Tensor&, const Tensor&, const Tensor&, float*, float*, int64_t, int64_t, int, int, int,
-                 const Tensor&) override {
-    fail("test backend");
-  }
-  void moe_route(const Tensor&, const float*, const RouteParams&, int32_t*, float*) override { fail("test backend"); }
-  int32_t sample(const float*, int64_t, const SamplingParams&, Rng&) override { fail("test backend"); }
+using tandem::test::DeviceOnlyBackend;
 
- private:
-  std::string device_;
-};
+// The plugins the end-to-end tests run models with (cpu, mamba2, safetensors, gguf), loaded once.
+inline PluginRegistry& host_plugins() {
+  static PluginRegistry* r = [] {
+    auto* reg = new PluginRegistry();
+    for (const char* p : {"cpu", "mamba2", "safetensors", "gguf"})
+      reg->load_file(tandem::test::plugin_dir() + "/libtandem-" + p + ".so");
+    return reg;
+  }();
+  return *r;
+}
+
+// A placeholder "gpt2" vocabulary of n tokens (<unk>, <s>, </s>, tok3, …; BOS 1, EOS 2, no merges):
+// enough for llama.cpp to open the file when the tests pass token ids, never text.
+inline void set_placeholder_vocabulary(Metadata& md, int n) {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int i = 0; i < n; ++i) {
+    tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "tok" + std::to_string(i));
+    types.push_back(i < 3 ? 3 : 1);
+  }
+  md.set("tokenizer.ggml.model", Value::str("gpt2"));
+  md.set("tokenizer.ggml.pre", Value::str("default"));
+  md.set("tokenizer.ggml.tokens", Value::strs(tokens));
+  md.set("tokenizer.ggml.token_type", Value::i32s(types));
+  md.set("tokenizer.ggml.merges", Value::strs({}));
+  md.set("tokenizer.ggml.bos_token_id", Value::u32(1));
+  md.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+}
 
 // A tiny nemotron_h_moe model, pattern "MEM*E-" plus one appended MTP block: H 16, V 32, Mamba
 // nh 4 × P 4 (d_in 16), G 2, N 4, K 4; attention 4q/2kv × 4; MoE E 4, k 2, w 8, shared 12;

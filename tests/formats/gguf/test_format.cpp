@@ -18,6 +18,7 @@ namespace {
 
 using test::DeviceOnlyBackend;
 using test::expect_error;
+using test::set_placeholder_vocabulary;
 using test::TinyModel;
 
 TensorGroup group_of(const Checkpoint& c, const std::string& prefix) {
@@ -245,16 +246,6 @@ TEST(GgufFormat, LoadErrors) {
 
 // ---- end to end: the HF fixture as GGUF ----
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    for (const char* p : {"cpu", "mamba2", "safetensors", "gguf"})
-      reg->load_file(tandem::test::plugin_dir() + "/libtandem-" + p + ".so");
-    return reg;
-  }();
-  return *r;
-}
-
 std::vector<int32_t> read_ids(const std::string& path) {
   std::ifstream f(path);
   std::vector<int32_t> v;
@@ -271,7 +262,7 @@ void write_fixture_as_gguf(const std::string& fixture, const std::string& out, i
   std::ifstream cf(fixture + "/config.json");
   const std::string config((std::istreambuf_iterator<char>(cf)), {});
   const ModelDesc d = parse_model_config(config, "fixture");
-  auto hf = registry().format("safetensors")->open(fixture);
+  auto hf = test::host_plugins().format("safetensors")->open(fixture);
   auto values = [&](const std::string& name) {
     const RawTensor* t = hf->find(name);
     if (!t) throw std::runtime_error("fixture lacks " + name);
@@ -389,25 +380,12 @@ void write_fixture_as_gguf(const std::string& fixture, const std::string& out, i
   md.set(a + "expert_group_count", Value::u32(uint32_t(moe->moe.n_group)));
   md.set(a + "expert_group_used_count", Value::u32(uint32_t(moe->moe.topk_group)));
   md.set(a + "moe_latent_size", Value::u32(uint32_t(moe->moe.latent)));
-  // A placeholder vocabulary of the fixture's size, so that llama.cpp can open the same file.
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int i = 0; i < d.vocab; ++i) {
-    tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "tok" + std::to_string(i));
-    types.push_back(i < 3 ? 3 : 1);
-  }
-  md.set("tokenizer.ggml.model", Value::str("gpt2"));
-  md.set("tokenizer.ggml.pre", Value::str("default"));
-  md.set("tokenizer.ggml.tokens", Value::strs(tokens));
-  md.set("tokenizer.ggml.token_type", Value::i32s(types));
-  md.set("tokenizer.ggml.merges", Value::strs({}));
-  md.set("tokenizer.ggml.bos_token_id", Value::u32(1));
-  md.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+  set_placeholder_vocabulary(md, d.vocab);  // so that llama.cpp can open the same file
   write_gguf(out, md, ts);
 }
 
 TEST(GgufPlugin, RegistersOneFormatProvider) {
-  PluginRegistry& reg = registry();
+  PluginRegistry& reg = test::host_plugins();
   int found = 0;
   for (const ProviderInfo& p : reg.providers())
     if (p.plugin == "gguf") {
@@ -432,7 +410,7 @@ TEST_P(GgufEndToEnd, LogitsMatchTransformers) {
 
   LoadOptions o;
   o.path = path;
-  auto m = Model::load(o, registry());
+  auto m = Model::load(o, test::host_plugins());
   EXPECT_EQ(m->format_name(), "gguf");
   const int V = m->desc().vocab;
   auto tokens = read_ids(fixture + "/prompt_7.txt");

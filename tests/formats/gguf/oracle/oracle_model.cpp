@@ -21,6 +21,7 @@
 
 #include "formats/gguf/quant.h"
 #include "tandem/tensor.h"
+#include "tests/formats/gguf/gguf_test_util.h"
 
 namespace tandem::gguf::oracle {
 namespace {
@@ -315,20 +316,7 @@ void add_metadata(const OracleSpec& s, Metadata& md) {
   md.set(a + "expert_group_count", Value::u32(1));
   md.set(a + "expert_group_used_count", Value::u32(1));
   if (s.latent) md.set(a + "moe_latent_size", Value::u32(D::L));
-  // A placeholder byte-level BPE vocabulary: the tests pass token ids, never text.
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int t = 0; t < D::V; ++t) {
-    tokens.push_back(t == 0 ? "<unk>" : t == 1 ? "<s>" : t == 2 ? "</s>" : "tok" + std::to_string(t));
-    types.push_back(t < 3 ? 3 : 1);
-  }
-  md.set("tokenizer.ggml.model", Value::str("gpt2"));
-  md.set("tokenizer.ggml.pre", Value::str("default"));
-  md.set("tokenizer.ggml.tokens", Value::strs(tokens));
-  md.set("tokenizer.ggml.token_type", Value::i32s(types));
-  md.set("tokenizer.ggml.merges", Value::strs({}));
-  md.set("tokenizer.ggml.bos_token_id", Value::u32(1));
-  md.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+  test::set_placeholder_vocabulary(md, D::V);
   md.set("tokenizer.ggml.add_bos_token", Value::boolean(false));
 }
 

@@ -9,9 +9,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "tandem/registry.h"
-#include "test_util.h"
-
 namespace tandem::gguf::oracle {
 namespace {
 
@@ -39,16 +36,6 @@ std::string tail_of(const std::string& path, size_t max_chars) {
 }
 
 }  // namespace
-
-PluginRegistry& tandem_plugins() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    for (const char* p : {"cpu", "mamba2", "safetensors", "gguf"})
-      reg->load_file(tandem::test::plugin_dir() + "/libtandem-" + p + ".so");
-    return reg;
-  }();
-  return *r;
-}
 
 std::string oracle_missing() {
   if (std::system("node --version > /dev/null 2>&1") != 0)

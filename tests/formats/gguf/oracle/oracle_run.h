@@ -1,5 +1,5 @@
-// Runs the llama.cpp oracle (tests/oracle/llama_logits.mjs under node), compares its logits with
-// tandem's, and loads the plugins tandem runs the oracle models with.
+// Runs the llama.cpp oracle (tests/oracle/llama_logits.mjs under node) and compares its logits with
+// tandem's (whose plugins come from gguf_test_util.h's host_plugins).
 // Owner: plain values. Thread: one caller at a time (it spawns node). Sync: run_oracle returns when
 // node has exited and every output file is written.
 #pragma once
@@ -7,14 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
-class PluginRegistry;
-}
-
 namespace tandem::gguf::oracle {
-
-// The plugins tandem runs the models with (cpu, mamba2, safetensors, gguf), loaded once.
-PluginRegistry& tandem_plugins();
 
 // Empty when node and the installed node-llama-cpp are both found; else why not, with the fix.
 std::string oracle_missing();

@@ -19,7 +19,7 @@ namespace {
 std::vector<float> run(const std::string& path, const std::string& format, const std::vector<int32_t>& prompt) {
   LoadOptions o;
   o.path = path;
-  auto m = Model::load(o, tandem_plugins());
+  auto m = Model::load(o, test::host_plugins());
   EXPECT_EQ(m->format_name(), format) << path;
   auto seq = m->new_sequence(64);
   std::vector<float> logits;

@@ -179,7 +179,7 @@ Comparison run_tandem(const std::string& path, const std::vector<std::string>& r
   if (llama) setenv("TANDEM_GGUF_ACTIVATIONS", "llama", 1);
   std::unique_ptr<Model> model;
   try {
-    model = Model::load(o, tandem_plugins());
+    model = Model::load(o, test::host_plugins());
   } catch (...) {
     unsetenv("TANDEM_GGUF_ACTIVATIONS");
     throw;
