@@ -1,8 +1,10 @@
-// The table of GGML block types tandem computes on the CPU, and the names of every ggml type id so
-// an unsupported tensor can be reported by name (spec/formats.md § 2.4).
+// The table of GGML block types tandem computes on the CPU, and the name of any ggml type id (from
+// the ggml type table, plus retired ids) so an unsupported tensor can be reported by name
+// (spec/formats.md § 2.4).
 #include <cctype>
-#include <iterator>
+#include <utility>
 
+#include "gguf_metadata.h"
 #include "kernels_cpu.h"
 #include "quant.h"
 
@@ -30,15 +32,11 @@ constexpr QuantType kTypes[] = {
     {40, "NVFP4", 64, 36, dequantize_nvfp4, dot_nvfp4, ActFormat::Q8_0, dot_act_nvfp4},
 };
 
-// ggml.h's enum ggml_type by id. Ids upstream retired (Q4_2, Q4_3, the Q4_0/IQ4_NL row repacks)
-// keep their old names: a file carrying one is then reported for what it is.
-constexpr const char* kNames[] = {
-    "F32",        "F16",        "Q4_0",       "Q4_1",     "Q4_2",     "Q4_3",      "Q5_0",    "Q5_1",
-    "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",      "Q6_K",    "Q8_K",
-    "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",    "IQ1_S",    "IQ4_NL",   "IQ3_S",     "IQ2_S",   "IQ4_XS",
-    "I8",         "I16",        "I32",        "I64",      "F64",      "IQ1_M",     "BF16",    "Q4_0_4_4",
-    "Q4_0_4_8",   "Q4_0_8_8",   "TQ1_0",      "TQ2_0",    "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
-    "NVFP4",      "Q1_0",       "Q2_0",
+// Ids upstream retired (absent from the ggml type table in gguf_metadata.cpp) keep their old names:
+// a file carrying one is then reported for what it is.
+constexpr std::pair<int, const char*> kRetiredNames[] = {
+    {4, "Q4_2"},      {5, "Q4_3"},        {31, "Q4_0_4_4"},   {32, "Q4_0_4_8"},
+    {33, "Q4_0_8_8"}, {36, "IQ4_NL_4_4"}, {37, "IQ4_NL_4_8"}, {38, "IQ4_NL_8_8"},
 };
 
 bool same_name(const char* a, const std::string& b) {
@@ -65,7 +63,9 @@ const QuantType* find_type(const std::string& name) {
 }
 
 std::string ggml_type_name(int ggml_id) {
-  if (ggml_id >= 0 && ggml_id < int(std::size(kNames))) return kNames[ggml_id];
+  if (const GgmlTypeInfo* t = ggml_type_info(ggml_id)) return t->name;
+  for (const auto& [id, name] : kRetiredNames)
+    if (id == ggml_id) return name;
   return "type " + std::to_string(ggml_id);
 }
 
