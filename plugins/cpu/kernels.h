@@ -29,7 +29,8 @@ void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, in
 
 // The distribution a sampled (temperature > 0) draw picks from: the kept tokens in draw order
 // (probability descending, id ascending) with their renormalized probabilities. Steps, in vLLM's
-// order: softmax(logits / T) in fp64, top_k, top_p over the top-k renormalized mass, min_p.
+// order: softmax(logits / T) in fp64, top_k, top_p over the top-k renormalized mass, min_p
+// (tandem::sampling_distribution, after this backend's own checks of p and the logits).
 struct Candidates {
   std::vector<int32_t> ids;
   std::vector<double> probs;  // sums to 1
