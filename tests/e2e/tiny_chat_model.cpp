@@ -13,6 +13,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "byte_symbol.h"
 #include "formats/safetensors/safetensors_writer.h"
 
 namespace tandem::test {
@@ -37,21 +38,6 @@ const char* const kSpecials[32] = {
 
 // Control tokens are special; the tags the chat format writes as text are not (as in Qwen/Nemotron).
 bool is_control(int id) { return id < 12 || id > 17; }
-
-// GPT-2's byte → printable character map, as UTF-8.
-std::string byte_symbol(int b) {
-  auto direct = [](int c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
-  int cp = b;
-  if (!direct(b)) {
-    int n = 0;
-    for (int c = 0; c < b; ++c) n += !direct(c);
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
-  return s;
-}
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 void key(Writer& w, const char* k) { w.Key(k); }

@@ -16,6 +16,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "byte_symbol.h"
 #include "formats/safetensors/safetensors_file.h"
 #include "formats/safetensors/safetensors_writer.h"
 #include "tandem/model.h"
@@ -37,21 +38,6 @@ std::string slurp(const std::string& path) {
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
-// GPT-2's byte → printable character map (UTF-8): the vocabulary of a byte-level BPE without merges.
-std::string byte_symbol(int b) {
-  auto direct = [](int c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
-  int cp = b;
-  if (!direct(b)) {
-    int n = 0;
-    for (int c = 0; c < b; ++c) n += !direct(c);
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
-  return s;
-}
-
 std::string tokenizer_json() {
   rapidjson::StringBuffer b;
   rapidjson::Writer<rapidjson::StringBuffer> w(b);
@@ -69,7 +55,7 @@ std::string tokenizer_json() {
   w.Key("type"), w.String("BPE"), w.Key("byte_fallback"), w.Bool(false), w.Key("ignore_merges"), w.Bool(false);
   w.Key("vocab"), w.StartObject();
   for (int i = 0; i < 256; ++i) {
-    std::string s = byte_symbol(i);
+    std::string s = test::byte_symbol(i);
     w.Key(s.data(), rapidjson::SizeType(s.size())), w.Int(i);
   }
   w.EndObject();
