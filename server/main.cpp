@@ -117,16 +117,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   g.sampling.min_p = float(a.number("min-p", g.sampling.min_p));
   g.sampling.seed = uint64_t(a.integer("seed", (long long)g.sampling.seed));
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
-  DraftOptions draft = p.draft;
-  if (a.has("draft")) {  // the profile's settings of drafters not named here are not used
-    draft.drafters = parse_drafter_names(a.str("draft"));
-    std::erase_if(draft.settings, [&](const auto& kv) {
-      return std::find(draft.drafters.begin(), draft.drafters.end(), kv.first) == draft.drafters.end();
-    });
-  }
-  draft.staircut.force_k = int(a.integer("draft-k", draft.staircut.force_k));
-  check(!a.has("draft-k") || draft.staircut.force_k >= 0, "tandem generate: --draft-k must be at least 0");
-  check(!a.has("draft-k") || !draft.drafters.empty(), "tandem generate: --draft-k needs drafters (--draft NAME)");
+  DraftOptions draft = cli::draft_options(a, p.draft, "generate");
 
   PluginRegistry reg;
   reg.load_default();
