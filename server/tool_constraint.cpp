@@ -22,32 +22,10 @@ std::vector<std::string> token_bytes(const TextCodec& codec, int vocab) {
   return out;
 }
 
-// UTF-8 as a tiny automaton, so that a string value is always whole characters (no controls).
-// States: 0 between characters; 1–3 that many continuation bytes to go; 4–7 the second byte of
-// E0, ED, F0, F4 (narrower ranges: no overlongs, surrogates or code points past U+10FFFF).
+// A string value is whole UTF-8 characters (json::utf8_step: 0 between characters) and no controls.
 int utf8_next(int state, uint8_t b) {
-  auto cont = [&](uint8_t lo, uint8_t hi, int next) { return b >= lo && b <= hi ? next : -1; };
-  switch (state) {
-    case 0:
-      if (b < 0x20 || b == 0x7F) return -1;
-      if (b < 0x80) return 0;
-      if (b >= 0xC2 && b <= 0xDF) return 1;
-      if (b == 0xE0) return 4;
-      if (b == 0xED) return 5;
-      if (b >= 0xE1 && b <= 0xEF) return 2;
-      if (b == 0xF0) return 6;
-      if (b >= 0xF1 && b <= 0xF3) return 3;
-      if (b == 0xF4) return 7;
-      return -1;
-    case 1: return cont(0x80, 0xBF, 0);
-    case 2: return cont(0x80, 0xBF, 1);
-    case 3: return cont(0x80, 0xBF, 2);
-    case 4: return cont(0xA0, 0xBF, 1);
-    case 5: return cont(0x80, 0x9F, 1);
-    case 6: return cont(0x90, 0xBF, 2);
-    case 7: return cont(0x80, 0x8F, 2);
-  }
-  return -1;
+  if (state == 0 && (b < 0x20 || b == 0x7F)) return -1;
+  return json::utf8_step(uint8_t(state), b);
 }
 
 }  // namespace

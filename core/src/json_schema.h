@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tandem/json_constraint.h"
+
 namespace tandem::json {
 
 enum class Kind : uint8_t { object, array, string, number, integer, literal, choice };
@@ -74,9 +76,8 @@ enum StrSub : uint8_t {
   kNoFree = 0xFF,
 };
 
-// Sub-state after byte c inside a string's UTF-8 stream, -1 if invalid. From kUtf8None, ASCII
-// stays kUtf8None (the caller rejects '"', '\' and controls).
-int utf8_step(uint8_t state, uint8_t c);
+// utf8_step (tandem/json_constraint.h) gives the sub-state after a byte inside a string's UTF-8
+// stream; from kUtf8None, ASCII stays kUtf8None (the caller rejects '"', '\' and controls).
 
 // Deep enough for any schema we compile (checked) and the default free-form depth.
 inline constexpr uint32_t kMaxFrames = 32;
