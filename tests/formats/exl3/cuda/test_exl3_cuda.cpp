@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "device_buffers.h"
 #include "exl3_test_util.h"
 #include "formats/exl3/exl3_format_cuda.h"
 #include "formats/exl3/matmul_cuda.cuh"
@@ -29,23 +30,11 @@ using tandem::test::random_vec;
 #define SKIP_WITHOUT_CUDA() \
   if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-struct Dev {
-  std::unique_ptr<Buffer> buf;
-  size_t n = 0;
-  float* p() const { return static_cast<float*>(buf->data()); }
-};
-Dev upload(Backend& be, const std::vector<float>& v) {
-  Dev d{be.alloc(std::max<size_t>(v.size(), 1) * 4), v.size()};
-  be.upload(d.buf->data(), v.data(), v.size() * 4);
-  return d;
-}
-Dev poisoned(Backend& be, size_t n) { return upload(be, std::vector<float>(n, NAN)); }
-std::vector<float> download(Backend& be, const Dev& d) {
-  std::vector<float> v(d.n);
-  be.download(v.data(), d.buf->data(), d.n * 4);
-  return v;
-}
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+using tandem::test::Dev;
+using tandem::test::download;
+using tandem::test::poisoned;
+using tandem::test::same_bits;
+using tandem::test::upload;
 
 // y = x · Wᵀ + bias in float64 from the CPU's reconstruction of W (out × in).
 std::vector<double> reference(const Layout& l, const std::vector<float>& x, int64_t n) {

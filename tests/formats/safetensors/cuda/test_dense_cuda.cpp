@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "device_buffers.h"
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
@@ -44,23 +45,11 @@ Stored make_weight(const std::string& dtype, int64_t m, int64_t k, uint64_t seed
   return s;
 }
 
-struct Dev {
-  std::unique_ptr<Buffer> buf;
-  size_t n;
-  float* p() const { return static_cast<float*>(buf->data()); }
-};
-Dev upload(Backend& be, const std::vector<float>& v) {
-  Dev d{be.alloc(std::max<size_t>(v.size(), 1) * 4), v.size()};
-  be.upload(d.buf->data(), v.data(), v.size() * 4);
-  return d;
-}
-Dev poisoned(Backend& be, size_t n) { return upload(be, std::vector<float>(n, NAN)); }
-std::vector<float> download(Backend& be, const Dev& d) {
-  std::vector<float> v(d.n);
-  be.download(v.data(), d.buf->data(), d.n * 4);
-  return v;
-}
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+using tandem::test::Dev;
+using tandem::test::download;
+using tandem::test::poisoned;
+using tandem::test::same_bits;
+using tandem::test::upload;
 
 // Largest |got − want| / Σ_j |x_j·w_j| over the outputs: the error relative to the dot product's
 // own magnitude, which bounds any summation order's rounding.
