@@ -1,6 +1,7 @@
 // Helpers for the GGUF container tests: temp folders, error checks, a device-only backend, the
-// plugins and a placeholder vocabulary for end-to-end models, an independent byte builder for hand-made GGUF files (spec/formats.md § 2), and a tiny Nemotron-H MoE
-// model written with the writer under test.
+// plugins and a placeholder vocabulary for end-to-end models, an independent byte builder for
+// hand-made GGUF files (spec/formats.md § 2), and a tiny Nemotron-H MoE model written with the
+// writer under test.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
