@@ -1,6 +1,7 @@
 // Lossless drafting: greedy drafted output equals plain output token for token, with the lookup
 // drafter, a random drafter (rejected everywhere), an oracle (the plain continuation, whole or
-// corrupted) and all of them together under StairCut, on both fixture models.
+// corrupted) and all of them together under StairCut, on both fixture models. Built twice: for the
+// CPU, and with TANDEM_LOSSLESS_DEVICE="cuda" as test_speculate_cuda (skips without a CUDA device).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +16,10 @@
 using namespace tandem;
 
 namespace {
+
+#ifndef TANDEM_LOSSLESS_DEVICE
+#define TANDEM_LOSSLESS_DEVICE "cpu"
+#endif
 
 constexpr int kTokens = 256;
 constexpr int kPromptsPerModel = 25;
@@ -57,7 +62,10 @@ Fixture& fixture(const std::string& name) {
   if (it != cache.end()) return it->second;
   Fixture f;
   const std::string dir = test::data_path("hf/" + name);
-  f.model = test::load_model(dir);
+  LoadOptions o;
+  o.path = dir;
+  o.device = TANDEM_LOSSLESS_DEVICE;
+  f.model = Model::load(o, test::registry());
   set_thread_count(1);  // a 64-wide model: worker hand-offs cost more than they save
   for (auto& p : make_prompts(test::read_ids(dir + "/prompt_200.txt"))) {
     Case c{p, {}, {}};
@@ -92,7 +100,17 @@ DraftMetrics run_all(const std::string& model, Drafting& d, const std::shared_pt
   return d.metrics();
 }
 
-class Lossless : public ::testing::TestWithParam<const char*> {};
+class Lossless : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (std::string(TANDEM_LOSSLESS_DEVICE) == "cpu") return;
+    try {
+      test::registry().backend(TANDEM_LOSSLESS_DEVICE);
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << "no " << TANDEM_LOSSLESS_DEVICE << " backend here: " << e.what();
+    }
+  }
+};
 
 TEST_P(Lossless, CasesCoverChunksRepeatsAndEos) {
   Fixture& f = fixture(GetParam());
