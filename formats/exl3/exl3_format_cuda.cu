@@ -3,6 +3,7 @@
 // with the same messages.
 #include "formats/exl3/exl3_format_cuda.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -18,12 +19,13 @@ namespace {
 
 using cuda::check_cuda;
 
-// Stream-ordered scratch for one call (the rotated activations and the split partial sums). The
-// device's default pool keeps freed blocks (release threshold raised once), so after the first calls
-// an allocation is a pool lookup; the allocation is capturable in a CUDA graph.
+// Stream-ordered scratch for one call that the arena cannot serve (prefill, a capture that would need
+// the arena to grow): the device's default pool keeps freed blocks (release threshold raised once),
+// so after the first calls an allocation is a pool lookup; it is capturable in a CUDA graph. Counters
+// are zeroed on the stream.
 class Scratch {
  public:
-  explicit Scratch(size_t bytes) {
+  Scratch(size_t bytes, size_t counters) {
     static std::once_flag once;
     std::call_once(once, [] {
       int dev = 0;
@@ -34,7 +36,12 @@ class Scratch {
       }
       (void)cudaGetLastError();
     });
-    if (bytes) check_cuda(cudaMallocAsync(&p_, bytes, cuda::stream()), "exl3: allocate scratch");
+    const size_t cbytes = (counters * sizeof(unsigned) + 255) / 256 * 256;
+    if (bytes + cbytes) check_cuda(cudaMallocAsync(&p_, bytes + cbytes, cuda::stream()), "exl3: allocate scratch");
+    if (cbytes) {
+      counters_ = reinterpret_cast<unsigned*>(static_cast<char*>(p_) + bytes);
+      check_cuda(cudaMemsetAsync(counters_, 0, cbytes, cuda::stream()), "exl3: zero counters");
+    }
   }
   ~Scratch() {
     if (p_) (void)cudaFreeAsync(p_, cuda::stream());
@@ -42,10 +49,69 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   void* get() const { return p_; }
+  unsigned* counters() const { return counters_; }
 
  private:
   void* p_ = nullptr;
+  unsigned* counters_ = nullptr;
 };
+
+// Scratch shared by every EXL3 tensor of the process for the decode GEMV and small gathers: one
+// workspace and one zeroed counter buffer, reused by every call (calls are serialized on the one
+// engine stream, and the kernels leave the counters zero), so a call allocates nothing and a CUDA
+// graph sees fixed addresses. Tensors reserve their need at load; a call that needs more outside a
+// capture grows the arena, and the replaced buffers are kept (never freed), so graphs captured
+// before still point at live memory. Device 0, as the CUDA backend.
+class Arena {
+ public:
+  static Arena& get() {
+    static Arena* a = new Arena;  // never destroyed: graphs may outlive every tensor
+    return *a;
+  }
+  // Grows (on `s`, which must not be capturing) to at least the sizes.
+  void reserve(size_t bytes, size_t counters, cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    grow(bytes, counters, s);
+  }
+  // The buffers for one call, grown when needed and allowed; false when a capture would need growth.
+  bool lease(size_t bytes, size_t counters, cudaStream_t s, void** ws, unsigned** ctr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > ws_bytes_ || counters > n_counters_) {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      check_cuda(cudaStreamIsCapturing(s, &st), "exl3: capture status");
+      if (st != cudaStreamCaptureStatusNone) return false;
+      grow(bytes, counters, s);
+    }
+    *ws = ws_, *ctr = counters_;
+    return true;
+  }
+
+ private:
+  static size_t round_up(size_t b) {
+    size_t r = size_t(1) << 20;
+    while (r < b) r *= 2;
+    return r;
+  }
+  void grow(size_t bytes, size_t counters, cudaStream_t s) {
+    if (bytes > ws_bytes_) {
+      ws_bytes_ = round_up(bytes);
+      check_cuda(cudaMalloc(&ws_, ws_bytes_), "exl3: allocate scratch arena");
+    }
+    if (counters > n_counters_) {
+      n_counters_ = round_up(counters * sizeof(unsigned)) / sizeof(unsigned);
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&counters_), n_counters_ * sizeof(unsigned)),
+                 "exl3: allocate counter arena");
+      check_cuda(cudaMemsetAsync(counters_, 0, n_counters_ * sizeof(unsigned), s), "exl3: zero counters");
+    }
+  }
+  std::mutex mu_;
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  unsigned* counters_ = nullptr;
+  size_t n_counters_ = 0;
+};
+
+constexpr int64_t kArenaGatherRows = 256;  // gathers up to this many rows run in the arena
 
 void check_f32_rows(const char* op, const std::string& name, const Tensor& t, int64_t rows, int64_t cols) {
   if (t.dtype != DType::F32 || t.rows != rows || t.cols != cols)
@@ -94,6 +160,13 @@ class Exl3CudaTensor final : public QuantizedTensor {
     suh_ = upload_floats(be, l_.suh);
     svh_ = upload_floats(be, l_.svh);
     if (!l_.bias.empty()) bias_ = upload_floats(be, l_.bias);
+    const kcuda::DeviceWeights w = device_weights();
+    size_t bytes = 0, counters = 0;
+    for (int64_t rows = 1; rows <= 16; ++rows) {
+      bytes = std::max(bytes, kcuda::matmul_workspace_bytes(w, rows));
+      counters = std::max(counters, kcuda::matmul_counters(w, rows));
+    }
+    Arena::get().reserve(bytes, counters, cuda::stream());
   }
 
   std::string type_name() const override { return type_of(l_); }
@@ -125,8 +198,15 @@ class Exl3CudaTensor final : public QuantizedTensor {
  protected:
   void matmul_raw(const Tensor& x, const Tensor& y) const override {
     const kcuda::DeviceWeights w = device_weights();
-    Scratch ws(kcuda::matmul_workspace_bytes(w, x.rows));
-    kcuda::launch_matmul(w, x.f32(), x.rows, y.f32(), ws.get(), cuda::stream());
+    const size_t bytes = kcuda::matmul_workspace_bytes(w, x.rows), counters = kcuda::matmul_counters(w, x.rows);
+    void* ws = nullptr;
+    unsigned* ctr = nullptr;
+    if (x.rows <= 16 && Arena::get().lease(bytes, counters, cuda::stream(), &ws, &ctr)) {
+      kcuda::launch_matmul(w, x.f32(), x.rows, y.f32(), ws, ctr, cuda::stream());
+      return;
+    }
+    Scratch s(bytes, counters);
+    kcuda::launch_matmul(w, x.f32(), x.rows, y.f32(), s.get(), s.counters(), cuda::stream());
   }
 
  private:
@@ -192,6 +272,9 @@ class Exl3CudaExperts final : public ExpertSet {
     suh_ = upload_floats(be, suh);
     svh_ = upload_floats(be, svh);
     if (any_bias) bias_ = upload_floats(be, bias);
+    const kcuda::DeviceWeights w = device_weights();
+    Arena::get().reserve(kcuda::gather_workspace_bytes(w, kArenaGatherRows, 1),
+                         kcuda::gather_counters(w, kArenaGatherRows, 1), cuda::stream());
   }
 
   int n_experts() const override { return n_; }
@@ -206,6 +289,20 @@ class Exl3CudaExperts final : public ExpertSet {
     check_f32_rows("gather_matmul", first_.name, y, x.rows * k, rows());
     if (y.rows == 0) return;
     if (!ids) fail("gather_matmul: experts '", first_.name, "' …: ids are null");
+    const kcuda::DeviceWeights w = device_weights();
+    const size_t bytes = kcuda::gather_workspace_bytes(w, y.rows, k), counters = kcuda::gather_counters(w, y.rows, k);
+    void* ws = nullptr;
+    unsigned* ctr = nullptr;
+    if (y.rows <= kArenaGatherRows && Arena::get().lease(bytes, counters, cuda::stream(), &ws, &ctr)) {
+      kcuda::launch_gather_matmul(w, x.f32(), ids, k, y.rows, y.f32(), ws, ctr, cuda::stream());
+      return;
+    }
+    Scratch s(bytes, counters);
+    kcuda::launch_gather_matmul(w, x.f32(), ids, k, y.rows, y.f32(), s.get(), s.counters(), cuda::stream());
+  }
+
+ private:
+  kcuda::DeviceWeights device_weights() const {
     kcuda::DeviceWeights w;
     w.trellis = static_cast<const uint32_t*>(trellis_->data());
     w.K = first_.K, w.cb = int(first_.codebook);
@@ -214,11 +311,9 @@ class Exl3CudaExperts final : public ExpertSet {
     w.svh = static_cast<const float*>(svh_->data());
     w.bias = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
     w.n_experts = n_;
-    Scratch ws(kcuda::gather_workspace_bytes(w, y.rows, k));
-    kcuda::launch_gather_matmul(w, x.f32(), ids, k, y.rows, y.f32(), ws.get(), cuda::stream());
+    return w;
   }
 
- private:
   int n_ = 0;
   Layout first_;  // shape, K and codebook of every expert (no data)
   size_t bytes_ = 0;

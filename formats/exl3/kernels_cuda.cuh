@@ -1,19 +1,21 @@
 // EXL3 CUDA kernels that are instantiated per K (bits per weight) in generated files: the GEMV that
 // serves matmul for n ≤ 16 rows and the expert gather, and the tile decoder behind prefill. The
-// rotations, the reductions and the dispatch live in exl3_kernels_cuda.cu.
+// prefill rotations and GEMM and the dispatch live in matmul_cuda.cu.
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued on the
 // stream; nothing here synchronizes.
 //
 // GEMV work split. A warp owns one 16-column strip j of Ŵ and the k tiles of one split; the 8 warps
-// of a block own 8 adjacent strips, so the block's loads for one tile row are contiguous. Per step a
-// warp loads 32 / (2K) tiles with one 16-byte load per lane into its shared-memory slot, then every
-// lane decodes its 8 weights of each tile (the tensor-core fragment: input rows r0, r0+1, r0+8, r0+9
-// of output columns lane/4 and lane/4+8) from three of the tile's words and multiplies them with
-// the activations, which the input rotation wrote in the matching order (one float4 per row and tile).
+// of a block own 8 adjacent strips (one 128-column output Hadamard block), so the block's loads for
+// one tile row are contiguous. Per step a warp loads 32 / (2K) tiles with one 16-byte load per lane
+// into its shared-memory slot (kGemvDepth steps are in flight), then every lane decodes its 8
+// weights of each tile (the tensor-core fragment: input rows r0, r0+1, r0+8, r0+9 of output columns
+// lane/4 and lane/4+8) from three of the tile's words and multiplies them with the activations,
+// which are in the matching order (one float4 per row and tile): rotated by the block itself into
+// shared memory (FuseIn) or by rotate_in beforehand.
 // Batch invariance: the split count depends on the weight's shape only, each row has its own
 // accumulators with a fixed per-lane order, the lane reduction is a fixed xor butterfly, and the
-// splits are summed in split order by the output kernel: row r's bits never depend on n or on the
-// other rows.
+// last block of a column block to finish sums the splits in split order (whichever block that is):
+// row r's bits never depend on n or on the other rows.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,21 +25,82 @@
 
 namespace tandem::exl3::kcuda {
 
-constexpr int kGemvWarps = 8;
+constexpr int kGemvWarps = 8;    // 8 strips of 16 columns: one 128-point output Hadamard block
 constexpr int kGemvMaxRows = 16;
+constexpr int kGemvDepth = 4;    // loads in flight per lane (steps prefetched ahead)
+constexpr int kHad = 128;
+constexpr int kFuseInBytes = 32 << 10;  // largest per-block rotated input kept in shared memory
+
+// In-place 128-point FWHT of a warp's 128 values, 4 per lane (lane l holds 4l .. 4l+3), butterflies in
+// the CPU's order (h = 1, 2, …, 64), then the 1/√128 scale.
+__device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
+  float a = v[0], b = v[1], c = v[2], d = v[3];
+  v[0] = a + b, v[1] = a - b, v[2] = c + d, v[3] = c - d;
+  a = v[0], b = v[1], c = v[2], d = v[3];
+  v[0] = a + c, v[1] = b + d, v[2] = a - c, v[3] = b - d;
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) {
+    const bool upper = (lane & h) != 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float p = __shfl_xor_sync(0xffffffffu, v[m], h);
+      v[m] = upper ? p - v[m] : v[m] + p;
+    }
+  }
+  const float scale = 0.08838834764831845f;  // float(1/√128), as the CPU's 1.0f / std::sqrt(128.0f)
+#pragma unroll
+  for (int m = 0; m < 4; ++m) v[m] *= scale;
+}
+
+// Element e (0..127) of a rotated 128-block in the GEMV's fragment order: per 16-row tile, lane class
+// q = 0..3 holds tile rows 2q, 2q+1, 2q+8, 2q+9 as one float4.
+__device__ __forceinline__ int fragment_at(int e) {
+  const int tile = e / 16, rho = e % 16;
+  return tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
+}
+
+// The warp's rotated 128-block b of x row xr (zero-extended past in_features, times su) into out
+// (fragment order when `fragment`).
+__device__ __forceinline__ void rotate_block(const float* x, int64_t in_features, int64_t xr, const float* su,
+                                             int64_t b, int lane, bool fragment, float* out) {
+  float v[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int64_t i = b * kHad + lane * 4 + m;
+    v[m] = i < in_features ? x[xr * in_features + i] * su[i] : 0.0f;
+  }
+  fwht128(v, lane);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int e = lane * 4 + m;
+    out[fragment ? fragment_at(e) : e] = v[m];
+  }
+}
 
 struct GemvArgs {
   const uint32_t* w = nullptr;  // trellis words (expert 0 for the gather)
   int64_t expert_words = 0;     // gather: words per expert
   int tiles_k = 0, strips = 0;  // k/16, n/16
   int tiles_per_split = 0;      // split s covers tiles [s·tps, min((s+1)·tps, tiles_k))
-  const float* xh = nullptr;    // rotated activations in fragment order, rows of k
+  int splits = 1;               // gridDim.y
+  // Input: rotated activations in fragment order (rows of k) from rotate_in, or (FuseIn) x and suh,
+  // rotated by each block for its own k range.
+  const float* xh = nullptr;
+  const float* x = nullptr;
+  int64_t in_features = 0;
+  int per_x = 1;                // gather: output rows per x row
+  const float* suh = nullptr;   // [E][k]
   int64_t k = 0, n = 0;         // padded dimensions
-  float* part = nullptr;        // partial sums [splits][part_rows][n]
+  float* part = nullptr;        // partial sums [splits][part_rows][n] (splits > 1)
+  unsigned* counters = nullptr; // splits > 1: one per (row for the gather, block column); zero in and out
   int rows = 0;                 // matmul: valid rows (≤ the instance's N); gather: unused
   int part_rows = 0;            // rows per split in `part`
   const int32_t* ids = nullptr; // gather: expert of each row (device)
   int n_experts = 0;
+  const float* svh = nullptr;   // [E][n]
+  const float* bias = nullptr;  // [E][out_features] or null
+  int64_t out_features = 0;
+  float* y = nullptr;           // [rows][out_features]
 };
 
 // Ŵ tiles to fp16, row-major [k][cols] for the strips [strip0, strip0 + cols/16).
@@ -48,69 +111,112 @@ struct DecodeArgs {
   __half* out = nullptr;
 };
 
-template <int K, int CB, int N, bool Gather>
+// One launch per matmul (rows ≤ 16) or gather: block (x, s[, row]) owns the 128 output columns x·128..
+// and split s of the k tiles. With FuseIn it first rotates the input blocks its split covers into
+// shared memory (the same arithmetic as rotate_in, so the same bits). Its weight loads run
+// kGemvDepth steps ahead. The last block of a column block to finish (an atomic counter, after a
+// fence) sums the splits' partials in split order, applies the output Hadamard, svh and bias, and
+// writes y; with one split the block does so from shared memory.
+template <int K, int CB, int N, bool Gather, bool FuseIn>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a) {
   constexpr int kWords = 8 * K;      // u32 words per tile
   constexpr int kPer = 2 * K;        // 16-byte pieces per tile
   constexpr int G = 32 / kPer;       // tiles per step
   __shared__ __align__(16) uint32_t smem[kGemvWarps][G * kWords];
+  __shared__ __align__(16) float zs[N][kHad];
+  __shared__ int is_last;
+  extern __shared__ __align__(16) float xs[];  // FuseIn: [N][nhb · 128]
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int j = int(blockIdx.x) * kGemvWarps + warp;
-  if (j >= a.strips) return;
+  const bool active = j < a.strips;
   const int ib = int(blockIdx.y) * a.tiles_per_split;
   const int ie = min(ib + a.tiles_per_split, a.tiles_k);
   const uint32_t* w = a.w;
-  int row0 = 0;
+  int row0 = 0, e = 0;
   if (Gather) {
     row0 = int(blockIdx.z);
-    const int e = a.ids[row0];
-    if (e < 0 || e >= a.n_experts) return;  // the output kernel writes NaN for this row
+    e = a.ids[row0];
+    if (e < 0 || e >= a.n_experts) {  // the row is NaN
+      const int64_t c = int64_t(blockIdx.x) * kHad + threadIdx.x;
+      if (blockIdx.y == 0 && threadIdx.x < kHad && c < a.out_features)
+        a.y[int64_t(row0) * a.out_features + c] = __int_as_float(0x7fffffff);
+      return;
+    }
     w += int64_t(e) * a.expert_words;
   }
-  const float* xh = a.xh + int64_t(row0) * a.k + (lane & 3) * 4;
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
   const int g_load = lane / kPer, piece = lane % kPer;
   auto load = [&](int i0) {
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (g_load < G && i0 + g_load < ie)
+    if (active && g_load < G && i0 + g_load < ie)
       v = __ldcs(reinterpret_cast<const uint4*>(w + (int64_t(i0 + g_load) * a.strips + j) * kWords) + piece);
     return v;
   };
+  uint4 buf[kGemvDepth];
+#pragma unroll
+  for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
+
+  const int nrows = Gather ? 1 : a.rows;
+  const float* xb;       // row 0's activations of tile i at xb + i·16 (+ lane class)
+  int64_t xstride;       // floats between rows
+  if (FuseIn) {
+    const int hb0 = ib / 8, nhb = (ie + 7) / 8 - hb0;
+    const float* su = a.suh + int64_t(e) * a.k;
+    for (int t = warp; t < N * nhb; t += kGemvWarps) {
+      const int r = t / nhb, hb = t % nhb;
+      float* out = xs + int64_t(r) * nhb * kHad + hb * kHad;
+      if (r < nrows) {
+        rotate_block(a.x, a.in_features, Gather ? row0 / a.per_x : r, su, hb0 + hb, lane, true, out);
+      } else {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) out[lane * 4 + m] = 0.0f;
+      }
+    }
+    __syncthreads();
+    xb = xs - int64_t(hb0) * kHad + (lane & 3) * 4;
+    xstride = int64_t(nhb) * kHad;
+  } else {
+    xb = a.xh + int64_t(row0) * a.k + (lane & 3) * 4;
+    xstride = a.k;
+  }
+
   float acc[N][2];
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r][0] = acc[r][1] = 0.0f;
-  uint4 cur = load(ib);
-  for (int i0 = ib; i0 < ie; i0 += G) {
-    __syncwarp();
-    if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = cur;
-    __syncwarp();
-    cur = load(i0 + G);  // in flight while this step decodes
+  if (active) {
+    for (int i0 = ib; i0 < ie; i0 += G) {
+      __syncwarp();
+      if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = buf[0];
+      __syncwarp();
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      if (i0 + g >= ie) break;
-      const uint32_t* t = sm + g * kWords;
-      uint32_t s[8];
-      lane_states<K>(t[lw.w0], t[lw.w1], t[lw.w2], lw.off, s);
-      float v[8];
-      states_to_floats<CB>(s, v);
-      const float* xp = xh + int64_t(i0 + g) * 16;
+      for (int d = 0; d + 1 < kGemvDepth; ++d) buf[d] = buf[d + 1];
+      buf[kGemvDepth - 1] = load(i0 + kGemvDepth * G);  // in flight while the next steps decode
 #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        const float4 x = *reinterpret_cast<const float4*>(xp + int64_t(r) * a.k);
-        float c0 = acc[r][0], c1 = acc[r][1];
-        c0 = fmaf(x.x, v[0], c0), c1 = fmaf(x.x, v[4], c1);
-        c0 = fmaf(x.y, v[1], c0), c1 = fmaf(x.y, v[5], c1);
-        c0 = fmaf(x.z, v[2], c0), c1 = fmaf(x.z, v[6], c1);
-        c0 = fmaf(x.w, v[3], c0), c1 = fmaf(x.w, v[7], c1);
-        acc[r][0] = c0, acc[r][1] = c1;
+      for (int g = 0; g < G; ++g) {
+        if (i0 + g >= ie) break;
+        const uint32_t* t = sm + g * kWords;
+        uint32_t s[8];
+        lane_states<K>(t[lw.w0], t[lw.w1], t[lw.w2], lw.off, s);
+        float v[8];
+        states_to_floats<CB>(s, v);
+        const float* xp = xb + int64_t(i0 + g) * 16;
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          const float4 x = *reinterpret_cast<const float4*>(xp + int64_t(r) * xstride);
+          float c0 = acc[r][0], c1 = acc[r][1];
+          c0 = fmaf(x.x, v[0], c0), c1 = fmaf(x.x, v[4], c1);
+          c0 = fmaf(x.y, v[1], c0), c1 = fmaf(x.y, v[5], c1);
+          c0 = fmaf(x.z, v[2], c0), c1 = fmaf(x.z, v[6], c1);
+          c0 = fmaf(x.w, v[3], c0), c1 = fmaf(x.w, v[7], c1);
+          acc[r][0] = c0, acc[r][1] = c1;
+        }
       }
     }
   }
   // The four lanes of a column (lane & 3) hold the partial sums of its 16 input rows: an xor
   // butterfly leaves the same bits in all four; lane q then writes the rows r ≡ q (mod 4).
-  const int64_t col = int64_t(j) * 16 + lane / 4;
-  float* out = a.part + int64_t(blockIdx.y) * a.part_rows * a.n;
+  const int cw = warp * 16 + lane / 4;  // column within the block's 128
 #pragma unroll
   for (int r = 0; r < N; ++r) {
 #pragma unroll
@@ -120,10 +226,63 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
       v += __shfl_xor_sync(0xffffffffu, v, 2);
       acc[r][h] = v;
     }
+  }
+  const int S = a.splits;
+  if (S == 1) {
+#pragma unroll
+    for (int r = 0; r < N; ++r)
+      if ((r & 3) == (lane & 3)) zs[r][cw] = acc[r][0], zs[r][cw + 8] = acc[r][1];
+    __syncthreads();
+  } else {
+    float* out = a.part + int64_t(blockIdx.y) * a.part_rows * a.n + int64_t(blockIdx.x) * kHad + cw;
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      const int row = Gather ? row0 : r;
+      if ((r & 3) == (lane & 3) && r < nrows && active) {
+        out[int64_t(row) * a.n] = acc[r][0];
+        out[int64_t(row) * a.n + 8] = acc[r][1];
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned* c = a.counters + (Gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
+      const unsigned prev = atomicAdd(c, 1u);
+      is_last = prev == unsigned(S - 1);
+      if (is_last) *c = 0;  // every split has arrived: ready for the next call
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+  }
+  // Output: warp w finishes rows w, w + 8 of the block's 128 columns (as rotate_out does).
+  const int64_t c0 = int64_t(blockIdx.x) * kHad + lane * 4;
+  const float* sv = a.svh + int64_t(e) * a.n;
+  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
+  for (int r = warp; r < nrows; r += kGemvWarps) {
     const int row = Gather ? row0 : r;
-    if ((r & 3) == (lane & 3) && (Gather || r < a.rows)) {
-      out[int64_t(row) * a.n + col] = acc[r][0];
-      out[int64_t(row) * a.n + col + 8] = acc[r][1];
+    float v[4];
+    if (S == 1) {
+      const float4 z = *reinterpret_cast<const float4*>(&zs[r][lane * 4]);
+      v[0] = z.x, v[1] = z.y, v[2] = z.z, v[3] = z.w;
+    } else {
+      const float* p = a.part + int64_t(row) * a.n + c0;
+      const float4 z0 = __ldcg(reinterpret_cast<const float4*>(p));
+      v[0] = z0.x, v[1] = z0.y, v[2] = z0.z, v[3] = z0.w;
+      for (int s = 1; s < S; ++s) {
+        const float4 z = __ldcg(reinterpret_cast<const float4*>(p + int64_t(s) * a.part_rows * a.n));
+        v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
+      }
+    }
+    fwht128(v, lane);
+    float* yr = a.y + int64_t(row) * a.out_features;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int64_t c = c0 + m;
+      if (c >= a.out_features) continue;
+      float o = v[m] * sv[c];
+      if (bi) o += bi[c];
+      yr[c] = o;
     }
   }
 }
@@ -153,34 +312,47 @@ __global__ void decode_kernel(const DecodeArgs a) {
   }
 }
 
-// Launches for one K; `cb` and `rows_pad` (1, 2, 4, 8, 16) pick the instance. Defined below,
+// Launches for one K; `cb`, `rows_pad` (1, 2, 4, 8, 16), gather and fuse_in pick the instance
+// (fuse_in only for rows_pad ≤ 4); `smem` is the dynamic shared memory (FuseIn). Defined below,
 // instantiated once per K in a generated file.
 template <int K>
-void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream);
+void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
+                   cudaStream_t stream);
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream);
 
 template <int K, int CB>
-void launch_gemv_kc(const GemvArgs& a, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
+void launch_gemv_kc(const GemvArgs& a, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
+                    cudaStream_t stream) {
   const dim3 block(kGemvWarps * 32);
   if (gather) {
-    gemv_kernel<K, CB, 1, true><<<grid, block, 0, stream>>>(a);
+    if (fuse_in) gemv_kernel<K, CB, 1, true, true><<<grid, block, smem, stream>>>(a);
+    else gemv_kernel<K, CB, 1, true, false><<<grid, block, 0, stream>>>(a);
     return;
   }
+  if (fuse_in) {
+    switch (rows_pad) {
+      case 1: gemv_kernel<K, CB, 1, false, true><<<grid, block, smem, stream>>>(a); return;
+      case 2: gemv_kernel<K, CB, 2, false, true><<<grid, block, smem, stream>>>(a); return;
+      case 4: gemv_kernel<K, CB, 4, false, true><<<grid, block, smem, stream>>>(a); return;
+      default: break;
+    }
+  }
   switch (rows_pad) {
-    case 1: gemv_kernel<K, CB, 1, false><<<grid, block, 0, stream>>>(a); break;
-    case 2: gemv_kernel<K, CB, 2, false><<<grid, block, 0, stream>>>(a); break;
-    case 4: gemv_kernel<K, CB, 4, false><<<grid, block, 0, stream>>>(a); break;
-    case 8: gemv_kernel<K, CB, 8, false><<<grid, block, 0, stream>>>(a); break;
-    default: gemv_kernel<K, CB, 16, false><<<grid, block, 0, stream>>>(a); break;
+    case 1: gemv_kernel<K, CB, 1, false, false><<<grid, block, 0, stream>>>(a); break;
+    case 2: gemv_kernel<K, CB, 2, false, false><<<grid, block, 0, stream>>>(a); break;
+    case 4: gemv_kernel<K, CB, 4, false, false><<<grid, block, 0, stream>>>(a); break;
+    case 8: gemv_kernel<K, CB, 8, false, false><<<grid, block, 0, stream>>>(a); break;
+    default: gemv_kernel<K, CB, 16, false, false><<<grid, block, 0, stream>>>(a); break;
   }
 }
 
 template <int K>
-void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
-  if (cb == kCbMul1) launch_gemv_kc<K, kCbMul1>(a, rows_pad, gather, grid, stream);
-  else if (cb == kCbMcg) launch_gemv_kc<K, kCbMcg>(a, rows_pad, gather, grid, stream);
-  else launch_gemv_kc<K, kCb3Inst>(a, rows_pad, gather, grid, stream);
+void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
+                   cudaStream_t stream) {
+  if (cb == kCbMul1) launch_gemv_kc<K, kCbMul1>(a, rows_pad, gather, fuse_in, grid, smem, stream);
+  else if (cb == kCbMcg) launch_gemv_kc<K, kCbMcg>(a, rows_pad, gather, fuse_in, grid, smem, stream);
+  else launch_gemv_kc<K, kCb3Inst>(a, rows_pad, gather, fuse_in, grid, smem, stream);
 }
 
 template <int K>
@@ -193,11 +365,11 @@ void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
 }
 
 #define TANDEM_EXL3_CUDA_INSTANCE(K)                                                                          \
-  template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                        \
+  template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);          \
   template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 #define TANDEM_EXL3_CUDA_EXTERN(K)                                                                            \
-  extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                 \
+  extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);   \
   extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 }  // namespace tandem::exl3::kcuda

@@ -24,29 +24,7 @@ namespace {
 
 using cuda::check_launch;
 
-constexpr int kHad = 128;
 constexpr int kRowChunk = 4096;  // gather rows per round (bounds the workspace)
-
-// In-place 128-point FWHT of a warp's 128 values, 4 per lane (lane l holds 4l .. 4l+3), butterflies in
-// the CPU's order (h = 1, 2, …, 64), then the 1/√128 scale.
-__device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
-  float a = v[0], b = v[1], c = v[2], d = v[3];
-  v[0] = a + b, v[1] = a - b, v[2] = c + d, v[3] = c - d;
-  a = v[0], b = v[1], c = v[2], d = v[3];
-  v[0] = a + c, v[1] = b + d, v[2] = a - c, v[3] = b - d;
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) {
-    const bool upper = (lane & h) != 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const float p = __shfl_xor_sync(0xffffffffu, v[m], h);
-      v[m] = upper ? p - v[m] : v[m] + p;
-    }
-  }
-  const float scale = 0.08838834764831845f;  // float(1/√128), as the CPU's 1.0f / std::sqrt(128.0f)
-#pragma unroll
-  for (int m = 0; m < 4; ++m) v[m] *= scale;
-}
 
 // xh row r = H(x[r / per_x] zero-extended ⊙ suh[e]) with e = ids[r] (gather) or 0; one warp per
 // (row, 128-block). `fragment`: the GEMV's order (per 16-row tile, lane class q = 0..3 holds tile rows
@@ -66,24 +44,7 @@ __global__ void rotate_in_kernel(const float* x, int64_t in_features, int per_x,
     su += int64_t(e) * k;
     xr = r / per_x;
   }
-  float v[4];
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int64_t i = b * kHad + lane * 4 + m;
-    v[m] = i < in_features ? x[xr * in_features + i] * su[i] : 0.0f;
-  }
-  fwht128(v, lane);
-  float* out = xh + r * k + b * kHad;
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int e = lane * 4 + m;  // element within the block
-    int at = e;
-    if (fragment) {
-      const int tile = e / 16, rho = e % 16;
-      at = tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
-    }
-    out[at] = v[m];
-  }
+  rotate_block(x, in_features, xr, su, b, lane, fragment, xh + r * k + b * kHad);
 }
 
 // y[r, col0 + c] for c in the chunk: z = Σ_s part[s] (split order), H(z) ⊙ svh[e] + bias[e], trimmed
@@ -182,16 +143,17 @@ __global__ void __launch_bounds__(256) gemm_kernel(const float* xh, const __half
   }
 }
 
-void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t s) {
+void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
+                 cudaStream_t s) {
   switch (K) {
-    case 1: launch_gemv_k<1>(a, cb, rows_pad, gather, grid, s); break;
-    case 2: launch_gemv_k<2>(a, cb, rows_pad, gather, grid, s); break;
-    case 3: launch_gemv_k<3>(a, cb, rows_pad, gather, grid, s); break;
-    case 4: launch_gemv_k<4>(a, cb, rows_pad, gather, grid, s); break;
-    case 5: launch_gemv_k<5>(a, cb, rows_pad, gather, grid, s); break;
-    case 6: launch_gemv_k<6>(a, cb, rows_pad, gather, grid, s); break;
-    case 7: launch_gemv_k<7>(a, cb, rows_pad, gather, grid, s); break;
-    case 8: launch_gemv_k<8>(a, cb, rows_pad, gather, grid, s); break;
+    case 1: launch_gemv_k<1>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 2: launch_gemv_k<2>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 3: launch_gemv_k<3>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 4: launch_gemv_k<4>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 5: launch_gemv_k<5>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 6: launch_gemv_k<6>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 7: launch_gemv_k<7>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 8: launch_gemv_k<8>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
     default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
   }
   check_launch("exl3 gemv");
@@ -234,6 +196,31 @@ int rows_pad_of(int64_t rows) {
   return p;
 }
 
+// The decode GEMV's shape for `rows_pad` rows (1 for the gather): splits, tiles per split, and whether
+// each block rotates its own input (FuseIn; `smem` bytes of shared memory) instead of rotate_in.
+struct GemvPlan {
+  int splits = 1, tiles_per_split = 0;
+  bool fuse_in = false;
+  size_t smem = 0;
+  unsigned blocks_x = 0;
+};
+GemvPlan plan_gemv(const DeviceWeights& w, int rows_pad) {
+  GemvPlan p;
+  const int tiles_k = int(w.k / 16), strips = int(w.n / 16);
+  p.splits = gemv_splits(w.k, w.n);
+  p.tiles_per_split = (tiles_k + p.splits - 1) / p.splits;
+  int nhb = 0;
+  for (int s = 0; s < p.splits; ++s) {
+    const int ib = s * p.tiles_per_split, ie = std::min(ib + p.tiles_per_split, tiles_k);
+    if (ib < ie) nhb = std::max(nhb, (ie + 7) / 8 - ib / 8);
+  }
+  p.smem = size_t(rows_pad) * size_t(nhb) * kHad * sizeof(float);
+  p.fuse_in = rows_pad <= 4 && p.smem <= size_t(kFuseInBytes);
+  if (!p.fuse_in) p.smem = 0;
+  p.blocks_x = unsigned((strips + kGemvWarps - 1) / kGemvWarps);
+  return p;
+}
+
 // Prefill column chunk: at most 32 Mi fp16 weights of scratch.
 int64_t prefill_chunk(const DeviceWeights& w) {
   const int64_t c = std::max<int64_t>(kHad, (int64_t(32) << 20) / w.k / kHad * kHad);
@@ -254,35 +241,44 @@ int gemv_splits(int64_t k, int64_t n) {
 
 size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
   if (rows <= kGemvMaxRows) {
-    const int64_t pad = rows_pad_of(rows);
-    return align256(size_t(pad * w.k) * 4) + size_t(gemv_splits(w.k, w.n)) * size_t(rows * w.n) * 4;
+    const int pad = rows_pad_of(rows);
+    const GemvPlan p = plan_gemv(w, pad);
+    const size_t xh = p.fuse_in ? 0 : align256(size_t(pad * w.k) * 4);
+    return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
   const int64_t C = prefill_chunk(w);
   return align256(size_t(rows * w.k) * 4) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
 }
 
+size_t matmul_counters(const DeviceWeights& w, int64_t rows) {
+  if (rows > kGemvMaxRows) return 0;
+  const GemvPlan p = plan_gemv(w, rows_pad_of(rows));
+  return p.splits > 1 ? p.blocks_x : 0;
+}
+
 void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* y, void* workspace,
-                   cudaStream_t stream) {
+                   unsigned* counters, cudaStream_t stream) {
   if (rows == 0) return;
   char* ws = static_cast<char*>(workspace);
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
-    float* xh = reinterpret_cast<float*>(ws);
-    float* part = reinterpret_cast<float*>(ws + align256(size_t(pad * w.k) * 4));
-    const int S = gemv_splits(w.k, w.n);
-    rotate_in(w, x, 1, nullptr, rows, true, xh, stream);
+    const GemvPlan p = plan_gemv(w, pad);
+    float* xh = nullptr;
+    if (!p.fuse_in) {
+      xh = reinterpret_cast<float*>(ws);
+      ws += align256(size_t(pad * w.k) * 4);
+      rotate_in(w, x, 1, nullptr, rows, true, xh, stream);
+    }
     GemvArgs a;
     a.w = w.trellis;
     a.tiles_k = int(w.k / 16), a.strips = int(w.n / 16);
-    a.tiles_per_split = (a.tiles_k + S - 1) / S;
-    a.xh = xh, a.k = w.k, a.n = w.n;
-    a.part = part, a.rows = int(rows), a.part_rows = int(rows);
-    const dim3 grid(unsigned((a.strips + kGemvWarps - 1) / kGemvWarps), unsigned(S), 1);
-    launch_gemv(a, w.K, w.cb, pad, false, grid, stream);
-    OutArgs o;
-    o.part = part, o.splits = S, o.split_stride = rows * w.n, o.ldz = w.n, o.width = w.n, o.col0 = 0;
-    o.rows = rows, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y;
-    rotate_out(o, stream);
+    a.tiles_per_split = p.tiles_per_split, a.splits = p.splits;
+    a.xh = xh, a.x = x, a.in_features = w.in_features, a.per_x = 1, a.suh = w.suh;
+    a.k = w.k, a.n = w.n;
+    a.part = reinterpret_cast<float*>(ws), a.counters = counters;
+    a.rows = int(rows), a.part_rows = int(rows);
+    a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
+    launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
   const int64_t C = prefill_chunk(w);
@@ -306,40 +302,52 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   }
 }
 
+namespace {
+int64_t gather_chunk(int64_t rows, int per_x) {
+  return std::min<int64_t>(rows, std::max<int64_t>(per_x, kRowChunk / per_x * per_x));
+}
+}  // namespace
+
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
-  const int64_t rc = std::min<int64_t>(rows, std::max<int64_t>(per_x, kRowChunk / per_x * per_x));
-  return align256(size_t(rc * w.k) * 4) + size_t(gemv_splits(w.k, w.n)) * size_t(rc * w.n) * 4;
+  const int64_t rc = gather_chunk(rows, per_x);
+  const GemvPlan p = plan_gemv(w, 1);
+  return (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
+         (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
+}
+
+size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
+  const GemvPlan p = plan_gemv(w, 1);
+  return p.splits > 1 ? size_t(p.blocks_x) * size_t(gather_chunk(rows, per_x)) : 0;
 }
 
 void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
-                          float* y, void* workspace, cudaStream_t stream) {
-  char* ws = static_cast<char*>(workspace);
-  const int S = gemv_splits(w.k, w.n);
+                          float* y, void* workspace, unsigned* counters, cudaStream_t stream) {
+  const GemvPlan p = plan_gemv(w, 1);
   // Rounds of whole x rows (a multiple of per_x output rows), so x advances by rows too.
   const int64_t chunk = std::max<int64_t>(per_x, kRowChunk / per_x * per_x);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t rc = std::min<int64_t>(chunk, rows - r0);
-    float* xh = reinterpret_cast<float*>(ws);
-    float* part = reinterpret_cast<float*>(ws + align256(size_t(rc * w.k) * 4));
+    char* ws = static_cast<char*>(workspace);
     const int32_t* ids_c = ids + r0;
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
-    rotate_in(w, x_c, per_x, ids_c, rc, true, xh, stream);
+    float* xh = nullptr;
+    if (!p.fuse_in) {
+      xh = reinterpret_cast<float*>(ws);
+      ws += align256(size_t(rc * w.k) * 4);
+      rotate_in(w, x_c, per_x, ids_c, rc, true, xh, stream);
+    }
     GemvArgs a;
     a.w = w.trellis;
     a.expert_words = (w.k / 16) * (w.n / 16) * 8 * w.K;
     a.tiles_k = int(w.k / 16), a.strips = int(w.n / 16);
-    a.tiles_per_split = (a.tiles_k + S - 1) / S;
-    a.xh = xh, a.k = w.k, a.n = w.n;
-    a.part = part, a.part_rows = int(rc);
+    a.tiles_per_split = p.tiles_per_split, a.splits = p.splits;
+    a.xh = xh, a.x = x_c, a.in_features = w.in_features, a.per_x = per_x, a.suh = w.suh;
+    a.k = w.k, a.n = w.n;
+    a.part = reinterpret_cast<float*>(ws), a.counters = counters, a.part_rows = int(rc);
     a.ids = ids_c, a.n_experts = w.n_experts;
-    const dim3 grid(unsigned((a.strips + kGemvWarps - 1) / kGemvWarps), unsigned(S), unsigned(rc));
-    launch_gemv(a, w.K, w.cb, 1, true, grid, stream);
-    OutArgs o;
-    o.part = part, o.splits = S, o.split_stride = rc * w.n, o.ldz = w.n, o.width = w.n, o.col0 = 0;
-    o.rows = rc, o.ids = ids_c, o.n_experts = w.n_experts;
-    o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y_c;
-    rotate_out(o, stream);
+    a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y_c;
+    launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
   }
 }
 

@@ -3,7 +3,8 @@
 // Owner: callers own every pointer and the workspace. Thread: one caller per stream. Sync: each
 // launch is queued on `stream` and returns; nothing synchronizes.
 // Paths: rows ≤ 16 run the decode GEMV (kernels_cuda.cuh), batch-invariant: row r's bits never
-// depend on the row count or the other rows. Above 16 rows (prefill) Ŵ is decoded to fp16 in column
+// depend on the row count or the other rows. It is one launch (input rotation, GEMV, split sum and
+// output rotation fused) where the block's rotated input fits in shared memory, else two. Above 16 rows (prefill) Ŵ is decoded to fp16 in column
 // chunks and multiplied by a tiled GEMM; the gather always runs the one-row GEMV per output row.
 #pragma once
 #include <cuda_runtime.h>
@@ -28,15 +29,20 @@ struct DeviceWeights {
 // Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
 int gemv_splits(int64_t k, int64_t n);
 
+// Scratch of a call: `workspace` bytes (any contents; may be null when 0) and `counters` unsigned
+// split-arrival counters, which must be zero on entry and are zero again when the call's kernels
+// finish (so one zeroed buffer serves every later call on the same stream).
 size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows);
+size_t matmul_counters(const DeviceWeights& w, int64_t rows);
 // y[rows, out_features] = x[rows, in_features] · Wᵀ.
 void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* y, void* workspace,
-                   cudaStream_t stream);
+                   unsigned* counters, cudaStream_t stream);
 
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x);
+size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x);
 // y[r] = W[ids[r]] · x[r / per_x] for r < rows (ids on the device); an id outside [0, E) leaves its
 // row NaN.
 void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
-                          float* y, void* workspace, cudaStream_t stream);
+                          float* y, void* workspace, unsigned* counters, cudaStream_t stream);
 
 }  // namespace tandem::exl3::kcuda
