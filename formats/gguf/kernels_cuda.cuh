@@ -351,48 +351,8 @@ __device__ __forceinline__ void half_dot(const typename Q::Unit (&un)[R], const 
   }
 }
 
-// The expert gather with several activation rows: items (gathered rows) that name the same expert
-// share one pass over its weights, up to NR at a time. The occurrences of expert e in ids[0, n), in
-// order, form groups of NR; the block of item `item` computes the group that `item` leads and
-// returns its size (writing the rows' activation and output indices), or 0 when `item` is not the
-// first of its group. Each output row keeps its own accumulators, so its bits are those of a pass of
-// its own. All threads of the block call it (it synchronizes); `sh` holds kWarps + 1 ints.
-template <int NR>
-__device__ int group_rows(const int32_t* ids, int64_t n, int64_t item, int32_t e, int per_x, int64_t* xrow,
-                          int64_t* yrow, int* sh) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) sh[kWarps] = -1;
-  int before = 0;  // occurrences in earlier tiles
-  int lead = -1;   // the rank of `item` among the occurrences, once its tile is done
-  for (int64_t base = 0; base < n; base += kThreads) {
-    const int64_t j = base + threadIdx.x;
-    const bool hit = j < n && ids[j] == e;
-    const unsigned m = __ballot_sync(0xffffffffu, hit);
-    __syncthreads();  // the previous tile's masks are read
-    if (lane == 0) sh[warp] = int(m);
-    __syncthreads();
-    int rank = before, total = 0;
-#pragma unroll
-    for (int v = 0; v < kWarps; ++v) {
-      const int c = __popc(unsigned(sh[v]));
-      rank += v < warp ? c : 0;
-      total += c;
-    }
-    rank += __popc(m & ((1u << lane) - 1u));
-    if (hit && j == item) sh[kWarps] = rank;
-    __syncthreads();
-    lead = sh[kWarps];
-    if (lead >= 0 && lead % NR != 0) return 0;
-    if (hit && lead >= 0 && rank >= lead && rank < lead + NR) xrow[rank - lead] = j / per_x, yrow[rank - lead] = j;
-    before += total;
-    if (lead >= 0 && before >= lead + NR) break;
-  }
-  return lead < 0 ? 0 : min(NR, before - lead);
-}
-
 // One launch: blockIdx.x picks kWarps·R weight rows, blockIdx.y (striding by gridDim.y) an item:
-// a slab of up to NR activation rows (matmul) or one gathered row (ids non-null) with, for NR > 1,
-// the later rows of the same expert that it leads (group_rows).
+// a slab of up to NR activation rows (matmul) or one gathered row (ids non-null, NR = 1).
 template <class Q, int NR>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_t xc) {
   constexpr int R = rows_per_warp<Q, NR>(), S = stages<Q, NR>();
@@ -412,31 +372,27 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   const int64_t row_bytes = p.row_bytes;
   const int64_t items = p.ids ? p.n : (p.n + NR - 1) / NR;
 
-  __shared__ int64_t xrow[NR], yrow[NR];  // the activation and output row of each of the item's rows
-  __shared__ int scratch[kWarps + 1];
   for (int64_t item = blockIdx.y; item < items; item += gridDim.y) {
-    __syncthreads();  // the previous item no longer reads xrow, yrow or scratch
+    const float* x;
+    float* y;
     const uint8_t* w = p.w;
     float scale = p.scale;
     int nr;
     if (p.ids) {
+      nr = 1;
+      x = p.x + (item / p.per_x) * p.k;
+      y = p.y + item * p.m;
       const int32_t e = p.ids[item];
       if (e < 0 || e >= p.n_experts) {  // the same for the whole block
-        if (active && lane < R && o0 + lane < p.m) p.y[item * p.m + o0 + lane] = __int_as_float(0x7fc00000);
+        if (active && lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
         continue;
       }
       w += int64_t(e) * p.expert_bytes;
       if (p.expert_scale) scale = p.expert_scale[e];
-      if constexpr (NR == 1) {
-        nr = 1;
-        if (threadIdx.x == 0) xrow[0] = item / p.per_x, yrow[0] = item;
-      } else {
-        nr = group_rows<NR>(p.ids, p.n, item, e, p.per_x, xrow, yrow, scratch);
-        if (nr == 0) continue;  // a row of an earlier item's group
-      }
     } else {
       nr = int(min(int64_t(NR), p.n - item * NR));
-      if (threadIdx.x < nr) xrow[threadIdx.x] = yrow[threadIdx.x] = item * NR + threadIdx.x;
+      x = p.x + item * NR * p.k;
+      y = p.y + item * NR * p.m;
     }
     const uint8_t* rows[R];
 #pragma unroll
@@ -447,66 +403,58 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 #pragma unroll
       for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
 
-    // The weight ring streams the whole row, chunk after chunk, without draining at the edges of the
-    // activation chunks: at an edge the block only swaps the activations in shared memory while the
-    // next weight chunks are already in flight (with xc = 1024, at 16 rows, each chunk used to wait
-    // for its own copy). Every warp walks the same chunks, so the barriers are block-uniform.
-    const int nc = int((p.k + kChunkElems - 1) / kChunkElems);
-    const int cpx = int(xc / kChunkElems);  // weight chunks per activation chunk
-    // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
-    // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
-    auto misalign = [&](int i, int c) {
-      return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
-    };
-    auto issue = [&](int c, int slot) {
-      const int64_t b0 = int64_t(c) * CB;
-      const int len = int(min(CB, row_bytes - b0));
+    for (int64_t xbeg = 0; xbeg < p.k; xbeg += xc) {
+      const int64_t xlen = min(xc, p.k - xbeg);
+      __syncthreads();  // the previous chunk's activations are no longer read
+      for (int r = 0; r < nr; ++r)
+        for (int e = threadIdx.x; e < int(xlen); e += kThreads)
+          xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
+      __syncthreads();
+      if (!active) continue;
+
+      // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
+      // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
+      const int c0 = int(xbeg / kChunkElems), c1 = int((xbeg + xlen + kChunkElems - 1) / kChunkElems);
+      auto misalign = [&](int i, int c) {
+        return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
+      };
+      auto issue = [&](int c, int slot) {
+        const int64_t b0 = int64_t(c) * CB;
+        const int len = int(min(CB, row_bytes - b0));
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int mis = misalign(i, c);
-        const uint8_t* lo = rows[i] + b0 - mis;
-        const int pieces = (mis + len + 15) >> 4;
-        unsigned char* dst = ring + (slot * R + i) * SB;
-        for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
-      }
-    };
-    if (active) {
+        for (int i = 0; i < R; ++i) {
+          const int mis = misalign(i, c);
+          const uint8_t* lo = rows[i] + b0 - mis;
+          const int pieces = (mis + len + 15) >> 4;
+          unsigned char* dst = ring + (slot * R + i) * SB;
+          for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
+        }
+      };
 #pragma unroll
       for (int s = 0; s < S - 1; ++s) {
-        if (s < nc) issue(s, s);
+        if (c0 + s < c1) issue(c0 + s, s);
         cp_async_commit();
       }
-    }
-    int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
-    int64_t xbeg = 0;
-    for (int c = 0; c < nc; ++c) {
-      if (c % cpx == 0) {  // the next activation chunk
-        xbeg = int64_t(c) * kChunkElems;
-        const int64_t xlen = min(xc, p.k - xbeg);
-        __syncthreads();  // the previous chunk's activations are no longer read
-        for (int r = 0; r < nr; ++r)
-          for (int e = threadIdx.x; e < int(xlen); e += kThreads)
-            xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = p.x[xrow[r] * p.k + xbeg + e];
-        __syncthreads();
-      }
-      if (!active) continue;
-      if (c + S - 1 < nc) issue(c + S - 1, refill);
-      cp_async_commit();
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      const int u = c * 32 + lane;
-      if (u < units) {
-        typename Q::Unit un[R];
+      int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
+      for (int c = c0; c < c1; ++c) {
+        if (c + S - 1 < c1) issue(c + S - 1, refill);
+        cp_async_commit();
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const int u = c * 32 + lane;
+        if (u < units) {
+          typename Q::Unit un[R];
 #pragma unroll
-        for (int i = 0; i < R; ++i)
-          un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
-        const float* xu = xs + (u - int(xbeg / 32)) * kUnitStride;
-        half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
-        half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
+          for (int i = 0; i < R; ++i)
+            un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
+          const float* xu = xs + (u - c0 * 32) * kUnitStride;
+          half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
+          half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
+        }
+        __syncwarp();  // the slot is refilled next iteration
+        slot = slot + 1 == S ? 0 : slot + 1;
+        refill = refill + 1 == S ? 0 : refill + 1;
       }
-      __syncwarp();  // the slot is refilled next iteration
-      slot = slot + 1 == S ? 0 : slot + 1;
-      refill = refill + 1 == S ? 0 : refill + 1;
     }
     if (active) {
 #pragma unroll
@@ -515,7 +463,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           const float s = cuda::warp_sum(acc[r][i]);
-          if (lane == 0 && o0 + i < p.m) p.y[yrow[r] * p.m + o0 + i] = s * scale;
+          if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
         }
       }
     }
@@ -580,20 +528,13 @@ void matmul_impl(const CudaMatmulArgs& a, cudaStream_t s) {
   check(a.k % 32 == 0 && a.row_bytes == a.k / Q::kElems * Q::kBytes, "gguf (cuda): bad row geometry");
   if (a.n == 1) launch_gemv<Q, 1>(a, 1, s);
   else if (a.n <= 4) launch_gemv<Q, 4>(a, 1, s);
-  else if (a.n <= 8) launch_gemv<Q, 8>(a, 1, s);
   else launch_gemv<Q, kMaxRows>(a, (a.n + kMaxRows - 1) / kMaxRows, s);
 }
 
 template <class Q>
 void gather_impl(const CudaMatmulArgs& a, cudaStream_t s) {
   if (a.n == 0 || a.m == 0) return;
-  // One token cannot name an expert twice in practice (top-k): the one-row kernel. With more, the
-  // rows of one expert share its pass, up to as many as there are tokens.
-  const int64_t tokens = (a.n + a.per_x - 1) / a.per_x;
-  if (tokens <= 1) launch_gemv<Q, 1>(a, a.n, s);
-  else if (tokens <= 4) launch_gemv<Q, 4>(a, a.n, s);
-  else if (tokens <= 8) launch_gemv<Q, 8>(a, a.n, s);
-  else launch_gemv<Q, kMaxRows>(a, a.n, s);
+  launch_gemv<Q, 1>(a, a.n, s);
 }
 
 template <class Q>
