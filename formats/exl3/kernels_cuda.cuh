@@ -54,6 +54,21 @@ __device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
 
 // Element e (0..127) of a rotated 128-block in the GEMV's fragment order: per 16-row tile, lane class
 // q = 0..3 holds tile rows 2q, 2q+1, 2q+8, 2q+9 as one float4.
+// The last step of every matmul: a lane's 4 columns c0.. of one row, summed over the splits, go
+// through the output Hadamard (the warp's 128 columns), ×svh and + bias, trimmed to out_features.
+__device__ __forceinline__ void finish_output(float (&v)[4], int lane, int64_t c0, const float* sv, const float* bi,
+                                              int64_t out_features, float* yr) {
+  fwht128(v, lane);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int64_t c = c0 + m;
+    if (c >= out_features) continue;
+    float o = v[m] * sv[c];
+    if (bi) o += bi[c];
+    yr[c] = o;
+  }
+}
+
 __device__ __forceinline__ int fragment_at(int e) {
   const int tile = e / 16, rho = e % 16;
   return tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
@@ -274,16 +289,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
         v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
       }
     }
-    fwht128(v, lane);
-    float* yr = a.y + int64_t(row) * a.out_features;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int64_t c = c0 + m;
-      if (c >= a.out_features) continue;
-      float o = v[m] * sv[c];
-      if (bi) o += bi[c];
-      yr[c] = o;
-    }
+    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
   }
 }
 

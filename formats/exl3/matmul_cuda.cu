@@ -87,17 +87,8 @@ __global__ void rotate_out_kernel(const OutArgs a) {
     const float4 z = *reinterpret_cast<const float4*>(a.part + s * a.split_stride + r * a.ldz + b * kHad + lane * 4);
     v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
   }
-  fwht128(v, lane);
-  const float* sv = a.svh + int64_t(e) * a.n;
-  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int64_t c = c0 + m;
-    if (c >= a.out_features) continue;
-    float o = v[m] * sv[c];
-    if (bi) o += bi[c];
-    yr[c] = o;
-  }
+  finish_output(v, lane, c0, a.svh + int64_t(e) * a.n, a.bias ? a.bias + int64_t(e) * a.out_features : nullptr,
+                a.out_features, yr);
 }
 
 // z[rows, C] = xh[rows, k] · Wc[k, C] (Wc fp16, row-major with ld C); 64 × 64 outputs per block of 256

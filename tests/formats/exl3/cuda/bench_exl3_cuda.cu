@@ -19,73 +19,17 @@
 #include "formats/exl3/exl3_format_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
 #include "plugins/backend-cuda/cuda_util.h"
+#include "cuda_timing.cuh"
 #include "test_util.h"
 
 using namespace tandem;
 using exl3_test::GroupBuilder;
 using exl3_test::RandomLinear;
+using test::ck;
+using test::time_graph;
+using test::time_stream;
 
 namespace {
-
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "cuda error %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(2);
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double time_stream(F fn, int calls) {
-  const cudaStream_t s = cudaStreamPerThread;
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
-  for (int i = 0; i < calls; ++i) fn(i);  // warm-up
-  std::vector<double> t;
-  for (int rep = 0; rep < 7; ++rep) {
-    ck(cudaEventRecord(a, s), "record");
-    for (int i = 0; i < calls; ++i) fn(i);
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(double(ms) / calls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(t);
-}
-
-// The same through one captured graph of `calls` launches; 0 when capture is refused.
-template <class F>
-double time_graph(F fn, int calls) {
-  const cudaStream_t s = cudaStreamPerThread;
-  cudaGraph_t graph;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  for (int i = 0; i < calls; ++i) fn(i);
-  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  cudaGraphExec_t exec;
-  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    cudaGraphDestroy(graph);
-    return 0;
-  }
-  const double ms = time_stream([&](int) { ck(cudaGraphLaunch(exec, s), "graph launch"); }, 1) / calls;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms;
-}
 
 struct Result {
   double ms = 0, stream_ms = 0, graph_ms = 0, gbytes = 0;

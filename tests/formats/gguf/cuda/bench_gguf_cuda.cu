@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/gguf/gguf_format_cuda.h"
+#include "cuda_timing.cuh"
 #include "gguf_cuda_test_util.h"
 #include "plugins/backend-cuda/cuda_backend.h"
 #include "plugins/backend-cuda/cuda_util.h"
@@ -20,65 +21,11 @@
 using namespace tandem;
 using namespace tandem::gguf;
 namespace gt = tandem::gguf::test;
+using tandem::test::ck;
+using tandem::test::time_graph;
+using tandem::test::time_stream;
 
 namespace {
-
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "cuda error %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(2);
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Milliseconds per call of fn(i) (i rotates the weight copy), median of 7 timed runs of `calls`.
-template <class F>
-double time_stream(F fn, int calls) {
-  const cudaStream_t s = cudaStreamPerThread;
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
-  for (int i = 0; i < calls; ++i) fn(i);  // warm-up
-  std::vector<double> t;
-  for (int rep = 0; rep < 7; ++rep) {
-    ck(cudaEventRecord(a, s), "record");
-    for (int i = 0; i < calls; ++i) fn(i);
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(double(ms) / calls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(t);
-}
-
-// The same through one captured graph of `calls` launches; 0 when capture is refused.
-template <class F>
-double time_graph(F fn, int calls) {
-  const cudaStream_t s = cudaStreamPerThread;
-  cudaGraph_t graph;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  for (int i = 0; i < calls; ++i) fn(i);
-  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  cudaGraphExec_t exec;
-  ck(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const double ms = time_stream([&](int) { ck(cudaGraphLaunch(exec, s), "graph launch"); }, 1) / calls;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms;
-}
 
 __global__ void read_kernel(const uint4* p, size_t n, unsigned* out) {
   unsigned acc = 0;
