@@ -15,3 +15,22 @@ function(tandem_add_plugin target)
     "-Wl,--version-script=${CMAKE_CURRENT_FUNCTION_LIST_DIR}/plugin.map" "-Wl,--no-undefined")
   set_property(GLOBAL APPEND PROPERTY TANDEM_PLUGINS ${target})
 endfunction()
+
+# tandem_cuda_kernels(<target>): the settings every CUDA kernel library of the project shares: C++17
+# for CUDA (CMake 3.25 knows no nvcc flag for the project's C++20), hidden symbols, and the configured
+# architectures from sm_80 up (cp.async and kernels tuned for Hopper), or Hopper code plus sm_80 PTX
+# when only older ones are configured.
+function(tandem_cuda_kernels target)
+  set(archs)
+  foreach(a ${CMAKE_CUDA_ARCHITECTURES})
+    string(REGEX MATCH "^[0-9]+" n "${a}")
+    if(n GREATER_EQUAL 80)
+      list(APPEND archs ${a})
+    endif()
+  endforeach()
+  if(NOT archs)
+    set(archs 90-real 80-virtual)
+  endif()
+  set_target_properties(${target} PROPERTIES CUDA_STANDARD 17 CUDA_EXTENSIONS OFF
+    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden CUDA_ARCHITECTURES "${archs}")
+endfunction()

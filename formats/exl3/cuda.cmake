@@ -14,19 +14,5 @@ foreach(k RANGE 1 8)
 endforeach()
 add_library(tandem_exl3_cuda_impl STATIC exl3_format_cuda.cu matmul_cuda.cu ${exl3_cuda_instances})
 target_link_libraries(tandem_exl3_cuda_impl PUBLIC tandem_exl3_impl tandem_cuda_util)
-# C++17 for CUDA (CMake 3.25 knows no nvcc flag for the project's C++20; see plugins/backend-cuda).
-# The kernels are tuned for Hopper and tested from sm_80 up: keep the configured architectures from 80
-# up, or build Hopper code plus sm_80 PTX (as the GGUF module does).
-set(exl3_cuda_archs)
-foreach(a ${CMAKE_CUDA_ARCHITECTURES})
-  string(REGEX MATCH "^[0-9]+" n "${a}")
-  if(n GREATER_EQUAL 80)
-    list(APPEND exl3_cuda_archs ${a})
-  endif()
-endforeach()
-if(NOT exl3_cuda_archs)
-  set(exl3_cuda_archs 90-real 80-virtual)
-endif()
-set_target_properties(tandem_exl3_cuda_impl PROPERTIES CUDA_STANDARD 17 CUDA_EXTENSIONS OFF
-  CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden CUDA_ARCHITECTURES "${exl3_cuda_archs}")
+tandem_cuda_kernels(tandem_exl3_cuda_impl)
 tandem_add_plugin(tandem-exl3-cuda SOURCES plugin_cuda.cpp LIBS tandem_exl3_cuda_impl)
