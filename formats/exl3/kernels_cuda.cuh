@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda_util.cuh"
 #include "formats/exl3/decode_cuda.cuh"
 
 namespace tandem::exl3::kcuda {
@@ -148,7 +149,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   const int ie = min(ib + a.tiles_per_split, a.tiles_k);
   const uint32_t* w = a.w;
   int row0 = 0, e = 0;
+  // Launched programmatically (cuda_util.cuh): the trellis words may be read before pdl_wait(), the
+  // expert ids, activations and the shared partials only after it.
+  cuda::pdl_trigger();
   if (Gather) {
+    cuda::pdl_wait();
     row0 = int(blockIdx.z);
     e = a.ids[row0];
     if (e < 0 || e >= a.n_experts) {  // the row is NaN
@@ -171,6 +176,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
+  if (!Gather) cuda::pdl_wait();
 
   const int nrows = Gather ? 1 : a.rows;
   const float* xb;       // row 0's activations of tile i at xb + i·16 (+ lane class)
@@ -332,24 +338,24 @@ void launch_gemv_kc(const GemvArgs& a, int rows_pad, bool gather, bool fuse_in, 
                     cudaStream_t stream) {
   const dim3 block(kGemvWarps * 32);
   if (gather) {
-    if (fuse_in) gemv_kernel<K, CB, 1, true, true><<<grid, block, smem, stream>>>(a);
-    else gemv_kernel<K, CB, 1, true, false><<<grid, block, 0, stream>>>(a);
+    if (fuse_in) cuda::launch(gemv_kernel<K, CB, 1, true, true>, grid, block, smem, stream, "exl3 gemv", a);
+    else cuda::launch(gemv_kernel<K, CB, 1, true, false>, grid, block, 0, stream, "exl3 gemv", a);
     return;
   }
   if (fuse_in) {
     switch (rows_pad) {
-      case 1: gemv_kernel<K, CB, 1, false, true><<<grid, block, smem, stream>>>(a); return;
-      case 2: gemv_kernel<K, CB, 2, false, true><<<grid, block, smem, stream>>>(a); return;
-      case 4: gemv_kernel<K, CB, 4, false, true><<<grid, block, smem, stream>>>(a); return;
+      case 1: cuda::launch(gemv_kernel<K, CB, 1, false, true>, grid, block, smem, stream, "exl3 gemv", a); return;
+      case 2: cuda::launch(gemv_kernel<K, CB, 2, false, true>, grid, block, smem, stream, "exl3 gemv", a); return;
+      case 4: cuda::launch(gemv_kernel<K, CB, 4, false, true>, grid, block, smem, stream, "exl3 gemv", a); return;
       default: break;
     }
   }
   switch (rows_pad) {
-    case 1: gemv_kernel<K, CB, 1, false, false><<<grid, block, 0, stream>>>(a); break;
-    case 2: gemv_kernel<K, CB, 2, false, false><<<grid, block, 0, stream>>>(a); break;
-    case 4: gemv_kernel<K, CB, 4, false, false><<<grid, block, 0, stream>>>(a); break;
-    case 8: gemv_kernel<K, CB, 8, false, false><<<grid, block, 0, stream>>>(a); break;
-    default: gemv_kernel<K, CB, 16, false, false><<<grid, block, 0, stream>>>(a); break;
+    case 1: cuda::launch(gemv_kernel<K, CB, 1, false, false>, grid, block, 0, stream, "exl3 gemv", a); break;
+    case 2: cuda::launch(gemv_kernel<K, CB, 2, false, false>, grid, block, 0, stream, "exl3 gemv", a); break;
+    case 4: cuda::launch(gemv_kernel<K, CB, 4, false, false>, grid, block, 0, stream, "exl3 gemv", a); break;
+    case 8: cuda::launch(gemv_kernel<K, CB, 8, false, false>, grid, block, 0, stream, "exl3 gemv", a); break;
+    default: cuda::launch(gemv_kernel<K, CB, 16, false, false>, grid, block, 0, stream, "exl3 gemv", a); break;
   }
 }
 

@@ -353,6 +353,10 @@ __device__ __forceinline__ void half_dot(const typename Q::Unit (&un)[R], const 
 
 // One launch: blockIdx.x picks kWarps·R weight rows, blockIdx.y (striding by gridDim.y) an item:
 // a slab of up to NR activation rows (matmul) or one gathered row (ids non-null, NR = 1).
+// A warp's rows stream as one sequence of 1024-element chunks through its ring, S − 1 chunks ahead,
+// across the activation chunks (xc elements: a block barrier and a reload of x every xc / 1024
+// chunks); the first item's first chunks are requested before the lookup tables and the activations
+// are loaded, so their latencies overlap (and, launched programmatically, the previous kernel's tail).
 template <class Q, int NR>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_t xc) {
   constexpr int R = rows_per_warp<Q, NR>(), S = stages<Q, NR>();
@@ -360,7 +364,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   constexpr int SB = stage_bytes<Q>();
   constexpr int UPB = Q::kElems / 32;  // units per block
   extern __shared__ __align__(16) unsigned char smem[];
-  const Tables tab = init_tables<Q>(smem, p.grid);
   float* xs = reinterpret_cast<float*>(smem + table_bytes<Q>());
   const int x_stride = int(xc / 32) * kUnitStride;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -371,90 +374,124 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   const int units = int(p.k / 32);
   const int64_t row_bytes = p.row_bytes;
   const int64_t items = p.ids ? p.n : (p.n + NR - 1) / NR;
+  const int nch = int((p.k + kChunkElems - 1) / kChunkElems);  // chunks per row
+  const int cpx = int(xc / kChunkElems);                        // chunks per activation chunk
 
-  for (int64_t item = blockIdx.y; item < items; item += gridDim.y) {
+  // The item's weights: its rows (rows past m repeat the last) and output scale; false for a
+  // gathered row whose expert id is out of range.
+  const uint8_t* rows[R];
+  float scale = p.scale;
+  auto weights_of = [&](int64_t item) {
+    const uint8_t* w = p.w;
+    scale = p.scale;
+    if (p.ids) {
+      const int32_t e = p.ids[item];
+      if (e < 0 || e >= p.n_experts) return false;
+      w += int64_t(e) * p.expert_bytes;
+      if (p.expert_scale) scale = p.expert_scale[e];
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) rows[i] = w + min(o0 + i, p.m - 1) * row_bytes;
+    return true;
+  };
+  // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
+  // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
+  auto misalign = [&](int i, int c) {
+    return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
+  };
+  auto issue = [&](int c, int slot) {
+    const int64_t b0 = int64_t(c) * CB;
+    const int len = int(min(CB, row_bytes - b0));
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int mis = misalign(i, c);
+      const uint8_t* lo = rows[i] + b0 - mis;
+      const int pieces = (mis + len + 15) >> 4;
+      unsigned char* dst = ring + (slot * R + i) * SB;
+      for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
+    }
+  };
+  auto prologue = [&] {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      if (s < nch) issue(s, s);
+      cp_async_commit();
+    }
+  };
+
+  // Weights and lookup grids are never written by a pass: they may be read before pdl_wait(); the
+  // expert ids, x and y only after it.
+  cuda::pdl_trigger();
+  int64_t item = blockIdx.y;
+  bool prefetched = false, valid = false;
+  if (!p.ids && item < items && active) {
+    valid = weights_of(item);
+    prologue(), prefetched = true;
+  }
+  const Tables tab = init_tables<Q>(smem, p.grid);
+  cuda::pdl_wait();
+
+  for (; item < items; item += gridDim.y) {
     const float* x;
     float* y;
-    const uint8_t* w = p.w;
-    float scale = p.scale;
     int nr;
     if (p.ids) {
       nr = 1;
       x = p.x + (item / p.per_x) * p.k;
       y = p.y + item * p.m;
-      const int32_t e = p.ids[item];
-      if (e < 0 || e >= p.n_experts) {  // the same for the whole block
-        if (active && lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
-        continue;
-      }
-      w += int64_t(e) * p.expert_bytes;
-      if (p.expert_scale) scale = p.expert_scale[e];
     } else {
       nr = int(min(int64_t(NR), p.n - item * NR));
       x = p.x + item * NR * p.k;
       y = p.y + item * NR * p.m;
     }
-    const uint8_t* rows[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) rows[i] = w + min(o0 + i, p.m - 1) * row_bytes;  // rows past m repeat the last
+    if (!prefetched && active) {
+      valid = weights_of(item);
+      if (valid) prologue();
+    }
+    prefetched = false;
+    if (active && !valid) {  // the same for the whole block
+      if (lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
+    }
+    // Uniform across the block: every item has the same expert for all warps, so an invalid item is
+    // skipped by all of them before any barrier.
+    if (p.ids) {
+      const int32_t e = p.ids[item];
+      if (e < 0 || e >= p.n_experts) continue;
+    }
     float acc[NR][R];
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
       for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
 
-    for (int64_t xbeg = 0; xbeg < p.k; xbeg += xc) {
-      const int64_t xlen = min(xc, p.k - xbeg);
-      __syncthreads();  // the previous chunk's activations are no longer read
-      for (int r = 0; r < nr; ++r)
-        for (int e = threadIdx.x; e < int(xlen); e += kThreads)
-          xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
-      __syncthreads();
+    int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
+    for (int c = 0; c < nch; ++c) {
+      if (c % cpx == 0) {
+        const int64_t xbeg = int64_t(c) * kChunkElems, xlen = min(xc, p.k - xbeg);
+        __syncthreads();  // the previous chunk's activations are no longer read
+        for (int r = 0; r < nr; ++r)
+          for (int e = threadIdx.x; e < int(xlen); e += kThreads)
+            xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
+        __syncthreads();
+      }
       if (!active) continue;
-
-      // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
-      // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
-      const int c0 = int(xbeg / kChunkElems), c1 = int((xbeg + xlen + kChunkElems - 1) / kChunkElems);
-      auto misalign = [&](int i, int c) {
-        return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
-      };
-      auto issue = [&](int c, int slot) {
-        const int64_t b0 = int64_t(c) * CB;
-        const int len = int(min(CB, row_bytes - b0));
+      if (c + S - 1 < nch) issue(c + S - 1, refill);
+      cp_async_commit();
+      cp_async_wait<S - 1>();
+      __syncwarp();
+      const int u = c * 32 + lane;
+      if (u < units) {
+        typename Q::Unit un[R];
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-          const int mis = misalign(i, c);
-          const uint8_t* lo = rows[i] + b0 - mis;
-          const int pieces = (mis + len + 15) >> 4;
-          unsigned char* dst = ring + (slot * R + i) * SB;
-          for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
-        }
-      };
-#pragma unroll
-      for (int s = 0; s < S - 1; ++s) {
-        if (c0 + s < c1) issue(c0 + s, s);
-        cp_async_commit();
+        for (int i = 0; i < R; ++i)
+          un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
+        const float* xu = xs + (u - (c - c % cpx) * 32) * kUnitStride;
+        half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
+        half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
       }
-      int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
-      for (int c = c0; c < c1; ++c) {
-        if (c + S - 1 < c1) issue(c + S - 1, refill);
-        cp_async_commit();
-        cp_async_wait<S - 1>();
-        __syncwarp();
-        const int u = c * 32 + lane;
-        if (u < units) {
-          typename Q::Unit un[R];
-#pragma unroll
-          for (int i = 0; i < R; ++i)
-            un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
-          const float* xu = xs + (u - c0 * 32) * kUnitStride;
-          half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
-          half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
-        }
-        __syncwarp();  // the slot is refilled next iteration
-        slot = slot + 1 == S ? 0 : slot + 1;
-        refill = refill + 1 == S ? 0 : refill + 1;
-      }
+      __syncwarp();  // the slot is refilled next iteration
+      slot = slot + 1 == S ? 0 : slot + 1;
+      refill = refill + 1 == S ? 0 : refill + 1;
     }
     if (active) {
 #pragma unroll
@@ -518,8 +555,7 @@ void launch_gemv(const CudaMatmulArgs& a, int64_t items, cudaStream_t s) {
     configured = true;
   }
   const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kWarps) * R)), unsigned(std::min<int64_t>(items, 65535)));
-  gemv_kernel<Q, NR><<<grid, kThreads, smem, s>>>(a, xc);
-  cuda::check_launch("gguf gemv");
+  cuda::launch(gemv_kernel<Q, NR>, grid, dim3(kThreads), smem, s, "gguf gemv", a, xc);
 }
 
 template <class Q>

@@ -62,15 +62,63 @@ __device__ __forceinline__ void lane_dots(const typename WElem<T>::type* wr, int
   }
 }
 
+// The same sums when both vector paths apply and k is a multiple of kUnroll·kStep (every model
+// width): kUnroll steps of weights are loaded at once, the next group while the current one is used,
+// so a lane keeps several loads in flight. The order of each acc[r] is that of lane_dots. With Wait,
+// pdl_wait() comes after the first weight loads (weights are never written by a pass).
+constexpr int kUnroll = 4;
+template <WType T>
+__device__ __forceinline__ void load_steps(const typename WElem<T>::type* wr, int64_t base, float (&wv)[kUnroll][kLaneSpan]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) WElem<T>::get8(wr + base + u * kStep, wv[u]);
+}
+template <WType T, int NR, bool Wait>
+__device__ __forceinline__ void lane_dots_fast(const typename WElem<T>::type* wr, int64_t k, const float* x,
+                                               int64_t x_stride, int nr, float* acc) {
+  const int lane = threadIdx.x & 31;
+  float wv[kUnroll][kLaneSpan], wn[kUnroll][kLaneSpan];
+  int64_t base = int64_t(lane) * kLaneSpan;
+  load_steps<T>(wr, base, wv);
+  if constexpr (Wait) cuda::pdl_wait();
+  for (; base < k; base += kUnroll * kStep) {
+    const bool more = base + kUnroll * kStep < k;
+    if (more) load_steps<T>(wr, base + kUnroll * kStep, wn);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        if (r >= nr) break;
+        const float* xr = x + r * x_stride + base + u * kStep;
+        const float4 a = *reinterpret_cast<const float4*>(xr), b = *reinterpret_cast<const float4*>(xr + 4);
+        const float xv[kLaneSpan] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < kLaneSpan; ++e) acc[r] = fmaf(wv[u][e], xv[e], acc[r]);
+      }
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int e = 0; e < kLaneSpan; ++e) wv[u][e] = wn[u][e];
+    }
+  }
+}
+__host__ __device__ inline bool fast_dots(bool wvec, bool xvec, int64_t k) { return wvec && xvec && k % (kUnroll * kStep) == 0; }
+
 template <WType T, int NR>
 __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t k, bool wvec, const float* x, int nr,
-                            bool xvec, float* y) {
+                            bool xvec, bool fast, float* y) {
+  cuda::pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= m) return;  // a whole warp leaves together
   float acc[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
-  lane_dots<T, NR>(w + o * k, k, wvec, x, k, nr, xvec, acc);
+  if (fast) {
+    lane_dots_fast<T, NR, true>(w + o * k, k, x, k, nr, acc);
+  } else {
+    cuda::pdl_wait();
+    lane_dots<T, NR>(w + o * k, k, wvec, x, k, nr, xvec, acc);
+  }
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     if (r >= nr) break;
@@ -82,8 +130,11 @@ __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t
 template <WType T>
 __global__ void gather_kernel(const typename WElem<T>::type* w, int n_experts, int64_t m, int64_t k, bool wvec,
                               const float* x, bool xvec, const int32_t* ids, int per_x, int64_t rows, float* y) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= m) return;
+  const bool fast = fast_dots(wvec, xvec, k);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int32_t e = ids[r];
     if (e < 0 || e >= n_experts) {
@@ -91,7 +142,8 @@ __global__ void gather_kernel(const typename WElem<T>::type* w, int n_experts, i
       continue;
     }
     float acc[1] = {0.0f};
-    lane_dots<T, 1>(w + (int64_t(e) * m + o) * k, k, wvec, x + (r / per_x) * k, k, 1, xvec, acc);
+    if (fast) lane_dots_fast<T, 1, false>(w + (int64_t(e) * m + o) * k, k, x + (r / per_x) * k, k, 1, acc);
+    else lane_dots<T, 1>(w + (int64_t(e) * m + o) * k, k, wvec, x + (r / per_x) * k, k, 1, xvec, acc);
     const float s = cuda::warp_sum(acc[0]);
     if ((threadIdx.x & 31) == 0) y[r * m + o] = s;
   }
@@ -168,12 +220,14 @@ void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t 
     return check_launch("dense matmul (tiled)");
   }
   const unsigned blocks = unsigned(ceil_div(m, kWarps));
-  const bool wv = w_vec(T, wp, k), xv = x_vec(x, k);
+  const bool wv = w_vec(T, wp, k), xv = x_vec(x, k), fast = fast_dots(wv, xv, k);
   const int nr = int(n);
-  if (n == 1) gemv_kernel<T, 1><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
-  else if (n <= 4) gemv_kernel<T, 4><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
-  else gemv_kernel<T, kGemvMaxRows><<<blocks, kWarps * 32, 0, s>>>(w, m, k, wv, x, nr, xv, y);
-  check_launch("dense matmul (gemv)");
+  auto go = [&](auto kernel) {
+    cuda::launch(kernel, dim3(blocks), dim3(kWarps * 32), 0, s, "dense matmul (gemv)", w, m, k, wv, x, nr, xv, fast, y);
+  };
+  if (n == 1) go(gemv_kernel<T, 1>);
+  else if (n <= 4) go(gemv_kernel<T, 4>);
+  else go(gemv_kernel<T, kGemvMaxRows>);
 }
 
 template <WType T>
@@ -181,9 +235,8 @@ void gather_typed(const void* wp, int n_experts, int64_t m, int64_t k, const flo
                   int64_t rows, float* y, cudaStream_t s) {
   using E = typename WElem<T>::type;
   dim3 grid(unsigned(ceil_div(m, kWarps)), unsigned(std::min<int64_t>(rows, 65535)));
-  gather_kernel<T><<<grid, kWarps * 32, 0, s>>>(static_cast<const E*>(wp), n_experts, m, k, w_vec(T, wp, k), x,
-                                                x_vec(x, k), ids, per_x, rows, y);
-  check_launch("dense gather_matmul");
+  cuda::launch(gather_kernel<T>, grid, dim3(kWarps * 32), 0, s, "dense gather_matmul", static_cast<const E*>(wp),
+               n_experts, m, k, w_vec(T, wp, k), x, x_vec(x, k), ids, per_x, rows, y);
 }
 
 template <WType T>

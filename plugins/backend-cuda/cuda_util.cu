@@ -1,6 +1,9 @@
 // device_count(): the one CUDA query every module's score export makes.
 #include "cuda_util.cuh"
 
+#include <cstdlib>
+#include <string>
+
 namespace tandem::cuda {
 
 int device_count() {
@@ -10,6 +13,20 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("TANDEM_CUDA_PDL");
+    if (env && std::string(env) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return on;
 }
 
 }  // namespace tandem::cuda

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "cuda_util.h"
 #include "tandem/error.h"
@@ -108,5 +109,42 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- programmatic dependent launch (sm_90+) ----
+// A kernel launched with launch() may start while the kernel before it on the stream is still
+// running, as soon as that one calls pdl_trigger(); it must call pdl_wait() before it reads
+// anything an earlier kernel wrote and before it writes anything (the wait returns once the earlier
+// kernel has finished and its memory is visible). Before the wait it may read only memory no
+// kernel of the pass writes (weights, lookup grids): that is how a GEMV's first weight loads overlap
+// the previous kernel. Kernels launched with <<<>>> keep the full ordering; pdl_trigger() and
+// pdl_wait() are no-ops for them and below sm_90. TANDEM_CUDA_PDL=0 turns the overlap off.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Defined in cuda_util.cu: true when the current device is sm_90+ and TANDEM_CUDA_PDL is not 0.
+bool pdl_enabled();
+
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
 
 }  // namespace tandem::cuda

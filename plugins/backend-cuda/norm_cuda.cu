@@ -1,6 +1,9 @@
 // Row-wise CUDA kernels: RMSNorm, the Mamba2 gated grouped RMSNorm, add, relu² and the MoE combine.
 // One block per row (or row group) with a fixed reduction tree, so a row's bits never depend on n.
+// Launched programmatically (cuda_util.cuh): each kernel waits for the previous one before any access.
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 
 #include "cuda_util.cuh"
 #include "kernels_cuda.cuh"
@@ -45,12 +48,93 @@ __global__ void gated_rms_norm_kernel(const float* y, const float* z, const floa
   }
 }
 
+// The same two norms for rows whose groups are whole float4s at 16-byte alignment (every model
+// width): each thread loads its V float4s at once and keeps them in registers, so a row costs one
+// round of loads instead of a chain of dependent ones. Sum order: each thread's elements in order
+// (x, y, z, w of its float4s, V ascending), then block_sum; fixed per row, whatever the number of rows.
+template <int V, bool Gated>
+__global__ void __launch_bounds__(kNormThreads) norm_vec_kernel(const float* x, const float* z, const float* w,
+                                                              int groups, float eps, int64_t rows, int64_t cols,
+                                                              float* y) {
+  __shared__ float scratch[32];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t gd = cols / groups;
+  const int n4 = int(gd / 4);
+  const int g = blockIdx.y;
+  const float4* w4 = reinterpret_cast<const float4*>(w + g * gd);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t off = r * cols + g * gd;
+    const float4* x4 = reinterpret_cast<const float4*>(x + off);
+    float4 v[V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int idx = threadIdx.x + i * kNormThreads;
+      if (idx < n4) {
+        float4 a = x4[idx];
+        if constexpr (Gated) {
+          const float4 zz = reinterpret_cast<const float4*>(z + off)[idx];
+          a.x = a.x * (zz.x / (1.0f + expf(-zz.x)));
+          a.y = a.y * (zz.y / (1.0f + expf(-zz.y)));
+          a.z = a.z * (zz.z / (1.0f + expf(-zz.z)));
+          a.w = a.w * (zz.w / (1.0f + expf(-zz.w)));
+        }
+        v[i] = a;
+        ss = fmaf(a.x, a.x, ss);
+        ss = fmaf(a.y, a.y, ss);
+        ss = fmaf(a.z, a.z, ss);
+        ss = fmaf(a.w, a.w, ss);
+      }
+    }
+    ss = block_sum(ss, scratch);
+    const float rs = 1.0f / sqrtf(ss / float(gd) + eps);
+    float4* y4 = reinterpret_cast<float4*>(y + off);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int idx = threadIdx.x + i * kNormThreads;
+      if (idx < n4) {
+        const float4 a = v[i], ww = w4[idx];
+        y4[idx] = make_float4(ww.x * (a.x * rs), ww.y * (a.y * rs), ww.z * (a.z * rs), ww.w * (a.w * rs));
+      }
+    }
+  }
+}
+
+// float4s per thread for a group of `gd` elements, or 0 when the vector kernel does not apply.
+int vec_per_thread(int64_t gd, std::initializer_list<const void*> ptrs) {
+  if (gd % 4 != 0 || gd > 4 * 8 * kNormThreads) return 0;
+  for (const void* p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 0;
+  const int64_t n4 = gd / 4;
+  return n4 <= kNormThreads ? 1 : n4 <= 2 * kNormThreads ? 2 : n4 <= 4 * kNormThreads ? 4 : 8;
+}
+
+template <bool Gated>
+void launch_norm_vec(int v, dim3 grid, const float* x, const float* z, const float* w, int groups, float eps,
+                     int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+  auto go = [&](auto kernel) {
+    launch(kernel, grid, dim3(kNormThreads), 0, stream, Gated ? "gated_rms_norm" : "rms_norm", x, z, w, groups, eps,
+           rows, cols, y);
+  };
+  switch (v) {
+    case 1: go(norm_vec_kernel<1, Gated>); break;
+    case 2: go(norm_vec_kernel<2, Gated>); break;
+    case 4: go(norm_vec_kernel<4, Gated>); break;
+    default: go(norm_vec_kernel<8, Gated>); break;
+  }
+}
+
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
 }
 
 __global__ void relu2_kernel(float* x, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     const float r = v < 0.0f ? 0.0f : v;  // NaN stays NaN, as on the CPU
@@ -59,6 +143,8 @@ __global__ void relu2_kernel(float* x, int64_t n) {
 }
 
 __global__ void moe_combine_kernel(const float* eo, const float* wts, int k, int64_t rows, int64_t cols, float* out) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y)
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
       float acc = 0.0f;
@@ -74,6 +160,10 @@ unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, k
 void launch_rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t cols, float* y,
                      cudaStream_t stream) {
   if (rows == 0) return;
+  if (const int v = vec_per_thread(cols, {x, w, y})) {
+    return launch_norm_vec<false>(v, dim3(unsigned(std::min(rows, kMaxGrid))), x, nullptr, w, 1, eps, rows, cols, y,
+                                  stream);
+  }
   rms_norm_kernel<<<unsigned(std::min(rows, kMaxGrid)), kNormThreads, 0, stream>>>(x, w, eps, rows, cols, y);
   check_launch("rms_norm");
 }
@@ -82,28 +172,28 @@ void launch_gated_rms_norm(const float* y, const float* z, const float* w, int g
                            int64_t cols, float* out, cudaStream_t stream) {
   if (rows == 0) return;
   dim3 grid(unsigned(std::min(rows, kMaxGrid)), unsigned(groups));
+  if (const int v = vec_per_thread(cols / groups, {y, z, w, out})) {
+    return launch_norm_vec<true>(v, grid, y, z, w, groups, eps, rows, cols, out, stream);
+  }
   gated_rms_norm_kernel<<<grid, kNormThreads, 0, stream>>>(y, z, w, groups, eps, rows, cols, out);
   check_launch("gated_rms_norm");
 }
 
 void launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(a, b, n, out);
-  check_launch("add");
+  launch(add_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "add", a, b, n, out);
 }
 
 void launch_relu2(float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(x, n);
-  check_launch("relu2");
+  launch(relu2_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "relu2", x, n);
 }
 
 void launch_moe_combine(const float* expert_out, const float* weights, int k, int64_t rows, int64_t cols,
                         float* out, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   dim3 grid(unsigned(ceil_div(cols, kEltThreads)), unsigned(std::min(rows, kMaxGrid)));
-  moe_combine_kernel<<<grid, kEltThreads, 0, stream>>>(expert_out, weights, k, rows, cols, out);
-  check_launch("moe_combine");
+  launch(moe_combine_kernel, grid, dim3(kEltThreads), 0, stream, "moe_combine", expert_out, weights, k, rows, cols, out);
 }
 
 }  // namespace tandem::cuda

@@ -110,11 +110,83 @@ __global__ void route_kernel(const float* logits, const float* bias, int E, int 
   }
 }
 
+// Ungrouped routing (n_group = 1, every Nemotron-H model), one warp per token: lane l keeps the
+// sigmoids and keys of experts l, l + 32, … in registers; each slot is a warp argmax by an xor
+// butterfly over the same order (key descending, lower id on ties), so every lane agrees on the
+// winner and the ids match the block kernel and the CPU. Weights are summed by lane 0 in slot order.
+constexpr int kRouteWarps = 4;
+
+template <int EPL>
+__global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const float* logits, const float* bias, int E,
+                                                                      int top_k, bool norm, float scaling, int64_t rows,
+                                                                      int32_t* ids, float* weights) {
+  pdl_trigger();
+  pdl_wait();
+  const int lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const float* lr = logits + r * E;
+  float s[EPL], key[EPL];
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) {
+    const int j = lane + 32 * i;
+    s[i] = 0.0f, key[i] = -INFINITY;
+    if (j < E) {
+      s[i] = 1.0f / (1.0f + expf(-lr[j]));
+      key[i] = rank_key(bias ? s[i] + bias[j] : s[i]);
+    }
+  }
+  uint32_t taken = 0;
+  int32_t* ir = ids + r * top_k;
+  float* wr = weights + r * top_k;
+  float sum = 0.0f;
+  for (int slot = 0; slot < top_k; ++slot) {
+    float bv = -INFINITY, bs = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) {
+      const int j = lane + 32 * i;
+      if (j < E && !(taken >> i & 1u) && better(key[i], j, bv, bi)) bv = key[i], bi = j, bs = s[i];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off), os = __shfl_xor_sync(0xffffffffu, bs, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better(ov, oi, bv, bi)) bv = ov, bi = oi, bs = os;
+    }
+    if (lane == (bi & 31)) taken |= 1u << (bi >> 5);
+    if (lane == 0) {
+      ir[slot] = bi;
+      wr[slot] = bs;
+      sum += bs;
+    }
+  }
+  if (lane == 0) {
+    if (norm)
+      for (int j = 0; j < top_k; ++j) wr[j] /= sum + 1e-20f;
+    for (int j = 0; j < top_k; ++j) wr[j] *= scaling;
+  }
+}
+
 }  // namespace
 
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
                       float* weights, cudaStream_t stream) {
   if (rows == 0) return;
+  if (p.n_group == 1 && p.n_experts <= 512 && p.top_k <= p.n_experts) {
+    const unsigned blocks = unsigned(ceil_div(rows, kRouteWarps));
+    const int epl = int(ceil_div(p.n_experts, 32));
+    auto go = [&](auto kernel) {
+      launch(kernel, dim3(blocks), dim3(32 * kRouteWarps), 0, stream, "moe_route", logits, bias, p.n_experts, p.top_k,
+             p.norm_topk_prob, p.scaling, rows, ids, weights);
+    };
+    if (epl <= 1) go(route_warp_kernel<1>);
+    else if (epl <= 2) go(route_warp_kernel<2>);
+    else if (epl <= 4) go(route_warp_kernel<4>);
+    else if (epl <= 8) go(route_warp_kernel<8>);
+    else go(route_warp_kernel<16>);
+    return;
+  }
   const size_t smem = size_t(2 * p.n_experts + p.n_group) * sizeof(float) + size_t(p.n_experts + p.n_group);
   check(smem <= 48 * 1024, "moe_route (cuda): ", p.n_experts, " experts exceed the kernel's shared memory");
   route_kernel<<<unsigned(std::min<int64_t>(rows, 65535)), kThreads, smem, stream>>>(

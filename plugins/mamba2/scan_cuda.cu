@@ -23,6 +23,8 @@ __device__ __forceinline__ float silu_d(float v) { return v / (1.0f + expf(-v));
 __device__ __forceinline__ float softplus_d(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
 __global__ void add_bias_kernel(float* rows, int64_t n, int64_t cols, const float* bias) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   const int64_t total = n * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     rows[i] += bias[i % cols];
@@ -30,6 +32,8 @@ __global__ void add_bias_kernel(float* rows, int64_t n, int64_t cols, const floa
 
 __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n,
                           bool clamp, float t_min, float* dt) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   const int64_t total = int64_t(n) * nh;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / nh;
@@ -42,6 +46,8 @@ __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const 
 __global__ void conv_silu_kernel(const float* window0, const float* window1, const int* sel, const float* u,
                                  int64_t u_stride, int n, const float* w, const float* bias, int64_t C, int K, float* out,
                                  int64_t out_stride) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   const float* window = sel && *sel ? window1 : window0;
   const int W = K - 1;
   const int64_t total = int64_t(n) * C;
@@ -61,6 +67,8 @@ __global__ void conv_silu_kernel(const float* window0, const float* window1, con
 
 __global__ void shift_window_kernel(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                                     float* out, int* sel, int sel0, int sel1) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   if (sel && blockIdx.x == 0 && threadIdx.x == 0) sel[0] = sel0, sel[1] = sel1;
   const int W = K - 1;
   const int64_t total = C * W;
@@ -92,6 +100,8 @@ __global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = se
 // two buffers trade roles (s_out is read, s_in written: both are then a StatePair's buffers).
 __global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n, const float* a, const float* d,
                              const float* s_in, float* s_out, const int* sel, float* y) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();
   if (sel && *sel) {
     float* committed = s_out;
     s_out = const_cast<float*>(s_in);
@@ -245,31 +255,29 @@ void check_dims(const Dims& dm) {
 
 void launch_add_bias(float* rows, int64_t n, int64_t cols, const float* bias, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
-  add_bias_kernel<<<elt_blocks(n * cols), kThreads, 0, stream>>>(rows, n, cols, bias);
-  check_launch("mamba2 add_bias");
+  cuda::launch(add_bias_kernel, dim3(elt_blocks(n * cols)), dim3(kThreads), 0, stream, "mamba2 add_bias", rows, n, cols,
+               bias);
 }
 
 void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n, bool clamp,
                float t_min, float* dt, cudaStream_t stream) {
   if (n == 0) return;
-  dt_kernel<<<elt_blocks(int64_t(n) * nh), kThreads, 0, stream>>>(proj, stride, col, dt_bias, nh, n, clamp, t_min, dt);
-  check_launch("mamba2 dt");
+  cuda::launch(dt_kernel, dim3(elt_blocks(int64_t(n) * nh)), dim3(kThreads), 0, stream, "mamba2 dt", proj, stride, col,
+               dt_bias, nh, n, clamp, t_min, dt);
 }
 
 void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
                       int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
   if (n == 0) return;
-  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(window, window, nullptr, u, u_stride, n, w,
-                                                                         bias, C, K, out, out_stride);
-  check_launch("mamba2 conv_silu");
+  cuda::launch(conv_silu_kernel, dim3(elt_blocks(int64_t(n) * C)), dim3(kThreads), 0, stream, "mamba2 conv_silu", window,
+               window, static_cast<const int*>(nullptr), u, u_stride, n, w, bias, C, K, out, out_stride);
 }
 
 void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
                       int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
   if (n == 0) return;
-  conv_silu_kernel<<<elt_blocks(int64_t(n) * C), kThreads, 0, stream>>>(windows.buf[0], windows.buf[1], windows.sel, u,
-                                                                         u_stride, n, w, bias, C, K, out, out_stride);
-  check_launch("mamba2 conv_silu");
+  cuda::launch(conv_silu_kernel, dim3(elt_blocks(int64_t(n) * C)), dim3(kThreads), 0, stream, "mamba2 conv_silu",
+               windows.buf[0], windows.buf[1], windows.sel, u, u_stride, n, w, bias, C, K, out, out_stride);
 }
 
 void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream) {
@@ -279,9 +287,8 @@ void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream) {
 
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                          float* out, cudaStream_t stream, int* sel, int sel0, int sel1) {
-  shift_window_kernel<<<std::max(1u, elt_blocks(C * (K - 1))), kThreads, 0, stream>>>(window, u, u_stride, taken, C, K,
-                                                                                       out, sel, sel0, sel1);
-  check_launch("mamba2 shift_window");
+  cuda::launch(shift_window_kernel, dim3(std::max(1u, elt_blocks(C * (K - 1)))), dim3(kThreads), 0, stream,
+               "mamba2 shift_window", window, u, u_stride, taken, C, K, out, sel, sel0, sel1);
 }
 
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
@@ -289,18 +296,16 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
   check_dims(dm);
   if (in.n == 0 && s_in == s_out) return;
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
-  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, s_in, s_out,
-                                              nullptr, y);
-  check_launch("mamba2 scan_steps");
+  cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 scan_steps", layout_of(dm, in.xbc_stride), in.xbc,
+               in.dt, in.n, a, d, s_in, s_out, static_cast<const int*>(nullptr), y);
 }
 
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states, float* y,
                        cudaStream_t stream) {
   check_dims(dm);
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
-  steps_kernel<<<grid, kThreads, 0, stream>>>(layout_of(dm, in.xbc_stride), in.xbc, in.dt, in.n, a, d, states.buf[0],
-                                              states.buf[1], states.sel, y);
-  check_launch("mamba2 scan_steps");
+  cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 scan_steps", layout_of(dm, in.xbc_stride), in.xbc,
+               in.dt, in.n, a, d, states.buf[0], states.buf[1], states.sel, y);
 }
 
 size_t scan_chunked_workspace_bytes(const Dims& dm, int n) {
