@@ -47,14 +47,6 @@ float* grow(std::unique_ptr<Buffer>& b, Backend& be, int64_t floats) {
   return static_cast<float*>(b->data());
 }
 
-// Rows of `cols` floats from a strided source into a dense destination.
-void copy_rows(float* dst, const float* src, int64_t src_stride, int64_t n, int64_t cols, const char* what) {
-  if (n == 0) return;
-  check_cuda(cudaMemcpy2DAsync(dst, size_t(cols) * sizeof(float), src, size_t(src_stride) * sizeof(float),
-                               size_t(cols) * sizeof(float), size_t(n), cudaMemcpyDeviceToDevice, stream()),
-             what);
-}
-
 void check_activation(const Tensor& t, const char* what, int n, int hidden) {
   check(t.dtype == DType::F32, "mamba2 forward: ", what, " must be f32, found ", dtype_name(t.dtype));
   check(t.rows == n && t.cols == hidden, "mamba2 forward: ", what, " is [", t.rows, ", ", t.cols, "], expected [", n,
@@ -199,16 +191,24 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
     // Verify reads the committed window and state through the device selectors (a graph may replay
     // this pass after commits); prefill is never recorded and takes the host's pointers.
     const int* sel = static_cast<const int*>(st.sel_->data());
-    if (verify)
+    // The conv kernel also copies z (strided inside proj) into dense rows for the norm and, in a
+    // verify pass, logs u for commit.
+    ConvSide side;
+    side.z_src = proj;
+    side.z_cols = d_in;
+    side.z_out = ar.z.get(be, n * d_in);
+    if (verify) {
+      side.u_log = grow(st.u_log_, be, n * cdim);
       launch_conv_silu(StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel}, u, rows, n, f32(w_.conv_w),
-                       f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
-    else
-      launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream());
+                       f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream(), side);
+    } else {
+      launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream(),
+                       side);
+    }
 
     const ScanInput in{xbc, cdim, dt, n};
     float* y = ar.y.get(be, n * d_in);
     if (verify) {
-      copy_rows(grow(st.u_log_, be, n * cdim), u, rows, n, cdim, "mamba2: log u");
       launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1}, y,
                         stream());
     } else {
@@ -217,9 +217,7 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
       launch_scan_chunked(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, ws, stream());
     }
 
-    // z is strided inside proj; the norm takes dense rows.
-    float* z = ar.z.get(be, n * d_in);
-    copy_rows(z, proj, rows, n, d_in, "mamba2: gather z");
+    float* z = side.z_out;
     float* normed = ar.normed.get(be, n * d_in);
     be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
                       Tensor::f32(normed, n, d_in));

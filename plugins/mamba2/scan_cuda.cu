@@ -45,7 +45,7 @@ __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const 
 
 __global__ void conv_silu_kernel(const float* window0, const float* window1, const int* sel, const float* u,
                                  int64_t u_stride, int n, const float* w, const float* bias, int64_t C, int K, float* out,
-                                 int64_t out_stride) {
+                                 int64_t out_stride, ConvSide side) {
   cuda::pdl_trigger();
   cuda::pdl_wait();
   const float* window = sel && *sel ? window1 : window0;
@@ -54,6 +54,8 @@ __global__ void conv_silu_kernel(const float* window0, const float* window1, con
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int t = int(i / C);
     const int64_t c = i % C;
+    if (side.u_log) side.u_log[i] = u[int64_t(t) * u_stride + c];
+    if (side.z_out && c < side.z_cols) side.z_out[int64_t(t) * side.z_cols + c] = side.z_src[int64_t(t) * u_stride + c];
     float acc = 0.0f;
     for (int j = 0; j < K; ++j) {
       const int src = t - W + j;  // position of tap j; negative = from the window
@@ -267,17 +269,19 @@ void launch_dt(const float* proj, int64_t stride, int64_t col, const float* dt_b
 }
 
 void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
-                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream, const ConvSide& side) {
   if (n == 0) return;
+  check(side.z_cols <= C, "mamba2 conv_silu: ", side.z_cols, " z columns exceed the ", C, " conv columns");
   cuda::launch(conv_silu_kernel, dim3(elt_blocks(int64_t(n) * C)), dim3(kThreads), 0, stream, "mamba2 conv_silu", window,
-               window, static_cast<const int*>(nullptr), u, u_stride, n, w, bias, C, K, out, out_stride);
+               window, static_cast<const int*>(nullptr), u, u_stride, n, w, bias, C, K, out, out_stride, side);
 }
 
 void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
-                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream) {
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream, const ConvSide& side) {
   if (n == 0) return;
+  check(side.z_cols <= C, "mamba2 conv_silu: ", side.z_cols, " z columns exceed the ", C, " conv columns");
   cuda::launch(conv_silu_kernel, dim3(elt_blocks(int64_t(n) * C)), dim3(kThreads), 0, stream, "mamba2 conv_silu",
-               windows.buf[0], windows.buf[1], windows.sel, u, u_stride, n, w, bias, C, K, out, out_stride);
+               windows.buf[0], windows.buf[1], windows.sel, u, u_stride, n, w, bias, C, K, out, out_stride, side);
 }
 
 void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream) {

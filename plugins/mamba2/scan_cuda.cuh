@@ -32,12 +32,21 @@ struct StatePair {
   const int* sel;
 };
 
+// Copies the conv kernel makes on the way, so that the mixer needs no separate copy: u_log (dense
+// [n, C]) gets the pre-conv rows u; z_out (dense [n, z_cols], z_cols ≤ C) gets the z columns, which
+// sit at z_src with u's row stride.
+struct ConvSide {
+  float* u_log = nullptr;
+  const float* z_src = nullptr;
+  int64_t z_cols = 0;
+  float* z_out = nullptr;
+};
 // conv_silu / shift_window of scan_cpu.h.
 void launch_conv_silu(const float* window, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
-                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream);
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream, const ConvSide& side = {});
 // The same with the committed window of `windows`.
 void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n, const float* w, const float* bias,
-                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream);
+                      int64_t C, int K, float* out, int64_t out_stride, cudaStream_t stream, const ConvSide& side = {});
 // With sel != nullptr, one thread also stores sel[0] = sel0 and sel[1] = sel1 (the selectors of a
 // commit, known on the host; this kernel reads neither).
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
