@@ -25,8 +25,13 @@ VerifyCosts::VerifyCosts(std::vector<double> seconds) : t_(std::move(seconds)) {
 
 void VerifyCosts::observe(int m, double seconds, double alpha) {
   if (alpha <= 0 || m < 1 || m > max_rows() || !(seconds > 0)) return;
-  double& t = t_[size_t(m - 1)];
-  t = (1 - alpha) * t + alpha * seconds;
+  // The start-up table's shape (T_v(m) / T_v(1)) is kept and its level follows the machine: every
+  // entry moves by the factor that moves T_v(m). Updating T_v(m) alone let a table measured at a
+  // longer context keep a stale T_v(1) while only drafted steps were observed, so a drafter that is
+  // never right looked cheaper than plain decoding and kept drafting (0.89x of plain on the H200).
+  const double before = t_[size_t(m - 1)];
+  const double f = ((1 - alpha) * before + alpha * seconds) / before;
+  for (double& t : t_) t *= f;
 }
 
 AcceptanceStats::AcceptanceStats(std::vector<int> buckets_per_drafter, int max_k, int halve_after)

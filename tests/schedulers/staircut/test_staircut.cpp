@@ -243,8 +243,33 @@ TEST(StairCut, OnlineCostsFollowTheMachine) {
   const double before = sc.costs().at(4);
   for (int i = 0; i < 30; ++i) sc.record_step(4, 80e-3, 0, 1);
   EXPECT_NEAR(sc.costs().at(4), 80e-3, 1e-6);
-  EXPECT_DOUBLE_EQ(sc.costs().at(3), staircase(3));
+  // The other rows keep the start-up shape at the new level.
+  for (int m = 1; m <= 8; ++m) EXPECT_NEAR(sc.costs().at(m) / sc.costs().at(4), staircase(m) / staircase(4), 1e-9);
   EXPECT_NE(before, sc.costs().at(4));
+}
+
+TEST(StairCut, AStaleStartupTableDoesNotKeepAUselessDrafterOn) {
+  // The table was measured at a long context (T_v(1) = 10 ms, T_v(2) = 11.1 ms); the running request
+  // is at a short one, where a k = 1 step takes 9.5 ms. A drafter that is never right must be
+  // dropped: with only T_v(2) following the machine, 1/T_v(1) stayed below 1/T_v(2).
+  StairCutOptions o;
+  o.cost_ewma = 0.1;
+  o.guard_window = 0;
+  StairCut sc({1}, VerifyCosts({10e-3, 11.1e-3, 12.2e-3}), o);
+  int drafted = 0;
+  for (int i = 0; i < 200; ++i) {
+    const Pick p = sc.pick({{0, 1, 0}});  // one-token proposals, as the H200 run verified
+    sc.record_acceptance(0, 0, 1, false);  // every proposal is retro-scored: the first token is wrong
+    if (p.k > 0) {
+      ++drafted;
+      sc.record_step(2, 9.5e-3, 0, 1);
+    } else {
+      sc.record_step(1, 8.6e-3, 0, 1);
+    }
+  }
+  EXPECT_LT(sc.costs().at(1), 9.5e-3);
+  EXPECT_EQ(sc.pick({{0, 1, 0}}).k, 0);
+  EXPECT_LT(drafted, 20);
 }
 
 TEST(VerifyCosts, FillsGapsAndNeverExtrapolates) {

@@ -32,7 +32,8 @@ class VerifyCosts {
   explicit VerifyCosts(std::vector<double> seconds);
   int max_rows() const { return int(t_.size()); }
   double at(int m) const { return t_[std::size_t(m - 1)]; }
-  // Folds a measured step into T_v(m) with weight alpha (0 = ignore).
+  // Folds a measured step into T_v(m) with weight alpha (0 = ignore), scaling every entry by the
+  // same factor: the table's shape stays that measured at start-up, its level follows the machine.
   void observe(int m, double seconds, double alpha);
   const std::vector<double>& table() const { return t_; }
 
