@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   int row0 = 0, e = 0;
   // Launched programmatically (cuda_util.cuh): the trellis words may be read before pdl_wait(), the
   // expert ids, activations and the shared partials only after it.
-  cuda::pdl_trigger();
   if (Gather) {
     cuda::pdl_wait();
+    cuda::pdl_trigger();
     row0 = int(blockIdx.z);
     e = a.ids[row0];
     if (e < 0 || e >= a.n_experts) {  // the row is NaN
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
-  if (!Gather) cuda::pdl_wait();
+  if (!Gather) cuda::pdl_wait(), cuda::pdl_trigger();
 
   const int nrows = Gather ? 1 : a.rows;
   const float* xb;       // row 0's activations of tile i at xb + i·16 (+ lane class)

@@ -421,7 +421,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 
   // Weights and lookup grids are never written by a pass: they may be read before pdl_wait(); the
   // expert ids, x and y only after it.
-  cuda::pdl_trigger();
   int64_t item = blockIdx.y;
   bool prefetched = false, valid = false;
   if (!p.ids && item < items && active) {
@@ -430,6 +429,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   }
   const Tables tab = init_tables<Q>(smem, p.grid);
   cuda::pdl_wait();
+  cuda::pdl_trigger();  // after the wait: one kernel ahead at most, not a chain of waiting grids
 
   for (; item < items; item += gridDim.y) {
     const float* x;
@@ -465,8 +465,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
       for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
 
     int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
+    int cx = cpx;                  // chunk c's index within its activation chunk (no division in the loop)
     for (int c = 0; c < nch; ++c) {
-      if (c % cpx == 0) {
+      if (cx == cpx) {
+        cx = 0;
         const int64_t xbeg = int64_t(c) * kChunkElems, xlen = min(xc, p.k - xbeg);
         __syncthreads();  // the previous chunk's activations are no longer read
         for (int r = 0; r < nr; ++r)
@@ -474,6 +476,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
             xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
         __syncthreads();
       }
+      const int ci = cx++;
       if (!active) continue;
       if (c + S - 1 < nch) issue(c + S - 1, refill);
       cp_async_commit();
@@ -485,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 #pragma unroll
         for (int i = 0; i < R; ++i)
           un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
-        const float* xu = xs + (u - (c - c % cpx) * 32) * kUnitStride;
+        const float* xu = xs + (ci * 32 + lane) * kUnitStride;
         half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
         half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
       }

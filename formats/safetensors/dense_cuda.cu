@@ -79,7 +79,7 @@ __device__ __forceinline__ void lane_dots_fast(const typename WElem<T>::type* wr
   float wv[kUnroll][kLaneSpan], wn[kUnroll][kLaneSpan];
   int64_t base = int64_t(lane) * kLaneSpan;
   load_steps<T>(wr, base, wv);
-  if constexpr (Wait) cuda::pdl_wait();
+  if constexpr (Wait) cuda::pdl_wait(), cuda::pdl_trigger();
   for (; base < k; base += kUnroll * kStep) {
     const bool more = base + kUnroll * kStep < k;
     if (more) load_steps<T>(wr, base + kUnroll * kStep, wn);
@@ -107,7 +107,6 @@ __host__ __device__ inline bool fast_dots(bool wvec, bool xvec, int64_t k) { ret
 template <WType T, int NR>
 __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t k, bool wvec, const float* x, int nr,
                             bool xvec, bool fast, float* y) {
-  cuda::pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= m) return;  // a whole warp leaves together
   float acc[NR];
@@ -117,6 +116,7 @@ __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t
     lane_dots_fast<T, NR, true>(w + o * k, k, x, k, nr, acc);
   } else {
     cuda::pdl_wait();
+    cuda::pdl_trigger();
     lane_dots<T, NR>(w + o * k, k, wvec, x, k, nr, xvec, acc);
   }
 #pragma unroll
@@ -130,8 +130,8 @@ __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t
 template <WType T>
 __global__ void gather_kernel(const typename WElem<T>::type* w, int n_experts, int64_t m, int64_t k, bool wvec,
                               const float* x, bool xvec, const int32_t* ids, int per_x, int64_t rows, float* y) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (o >= m) return;
   const bool fast = fast_dots(wvec, xvec, k);

@@ -112,7 +112,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- programmatic dependent launch (sm_90+) ----
 // A kernel launched with launch() may start while the kernel before it on the stream is still
-// running, as soon as that one calls pdl_trigger(); it must call pdl_wait() before it reads
+// running, as soon as that one calls pdl_trigger() (every kernel here calls it right after its own
+// pdl_wait(): triggering earlier lets a chain of not-yet-runnable grids fill the machine, which
+// measured 8 % slower than no overlap at all); it must call pdl_wait() before it reads
 // anything an earlier kernel wrote and before it writes anything (the wait returns once the earlier
 // kernel has finished and its memory is visible). Before the wait it may read only memory no
 // kernel of the pass writes (weights, lookup grids): that is how a GEMV's first weight loads overlap

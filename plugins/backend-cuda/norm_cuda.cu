@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_vec_kernel(const float* x, 
                                                               int groups, float eps, int64_t rows, int64_t cols,
                                                               float* y) {
   __shared__ float scratch[32];
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t gd = cols / groups;
   const int n4 = int(gd / 4);
   const int g = blockIdx.y;
@@ -126,15 +126,15 @@ void launch_norm_vec(int v, dim3 grid, const float* x, const float* z, const flo
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
 }
 
 __global__ void relu2_kernel(float* x, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     const float r = v < 0.0f ? 0.0f : v;  // NaN stays NaN, as on the CPU
@@ -143,8 +143,8 @@ __global__ void relu2_kernel(float* x, int64_t n) {
 }
 
 __global__ void moe_combine_kernel(const float* eo, const float* wts, int k, int64_t rows, int64_t cols, float* out) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y)
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
       float acc = 0.0f;

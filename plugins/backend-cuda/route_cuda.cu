@@ -110,18 +110,19 @@ __global__ void route_kernel(const float* logits, const float* bias, int E, int 
   }
 }
 
-// Ungrouped routing (n_group = 1, every Nemotron-H model), one warp per token: lane l keeps the
-// sigmoids and keys of experts l, l + 32, … in registers; each slot is a warp argmax by an xor
-// butterfly over the same order (key descending, lower id on ties), so every lane agrees on the
-// winner and the ids match the block kernel and the CPU. Weights are summed by lane 0 in slot order.
+// Ungrouped routing (n_group = 1, every Nemotron-H model) with top_k ≤ 32, one warp per token: lane
+// l keeps the sigmoids and keys of experts l, l + 32, … in registers. Each slot is a pairwise tree
+// over the lane's candidates, then a warp argmax by an xor butterfly, both in the CPU's order (key
+// descending, lower id on ties), so every lane agrees on the winner and the ids match the CPU. Lane
+// `slot` keeps the slot's weight; every lane adds the weights in slot order, as the CPU does.
 constexpr int kRouteWarps = 4;
 
 template <int EPL>
 __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const float* logits, const float* bias, int E,
                                                                       int top_k, bool norm, float scaling, int64_t rows,
                                                                       int32_t* ids, float* weights) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
@@ -137,17 +138,24 @@ __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const floa
     }
   }
   uint32_t taken = 0;
-  int32_t* ir = ids + r * top_k;
-  float* wr = weights + r * top_k;
-  float sum = 0.0f;
+  float mine = 0.0f, sum = 0.0f;
+  int my_id = 0;
   for (int slot = 0; slot < top_k; ++slot) {
-    float bv = -INFINITY, bs = 0.0f;
-    int bi = -1;
+    float v[EPL], w[EPL];
+    int id[EPL];
 #pragma unroll
     for (int i = 0; i < EPL; ++i) {
       const int j = lane + 32 * i;
-      if (j < E && !(taken >> i & 1u) && better(key[i], j, bv, bi)) bv = key[i], bi = j, bs = s[i];
+      const bool ok = j < E && !(taken >> i & 1u);
+      v[i] = key[i], w[i] = s[i], id[i] = ok ? j : -1;
     }
+#pragma unroll
+    for (int half = EPL / 2; half > 0; half /= 2)
+#pragma unroll
+      for (int i = 0; i < half; ++i)
+        if (better(v[i + half], id[i + half], v[i], id[i])) v[i] = v[i + half], id[i] = id[i + half], w[i] = w[i + half];
+    float bv = v[0], bs = w[0];
+    int bi = id[0];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, off), os = __shfl_xor_sync(0xffffffffu, bs, off);
@@ -155,16 +163,15 @@ __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const floa
       if (better(ov, oi, bv, bi)) bv = ov, bi = oi, bs = os;
     }
     if (lane == (bi & 31)) taken |= 1u << (bi >> 5);
-    if (lane == 0) {
-      ir[slot] = bi;
-      wr[slot] = bs;
-      sum += bs;
-    }
+    if (lane == slot) mine = bs, my_id = bi;
+    sum += bs;
   }
-  if (lane == 0) {
-    if (norm)
-      for (int j = 0; j < top_k; ++j) wr[j] /= sum + 1e-20f;
-    for (int j = 0; j < top_k; ++j) wr[j] *= scaling;
+  if (lane < top_k) {
+    float wt = mine;
+    if (norm) wt /= sum + 1e-20f;
+    wt *= scaling;
+    ids[r * top_k + lane] = my_id;
+    weights[r * top_k + lane] = wt;
   }
 }
 
@@ -173,7 +180,7 @@ __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const floa
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
                       float* weights, cudaStream_t stream) {
   if (rows == 0) return;
-  if (p.n_group == 1 && p.n_experts <= 512 && p.top_k <= p.n_experts) {
+  if (p.n_group == 1 && p.n_experts <= 512 && p.top_k <= 32 && p.top_k <= p.n_experts) {
     const unsigned blocks = unsigned(ceil_div(rows, kRouteWarps));
     const int epl = int(ceil_div(p.n_experts, 32));
     auto go = [&](auto kernel) {

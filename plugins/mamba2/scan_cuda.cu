@@ -23,8 +23,8 @@ __device__ __forceinline__ float silu_d(float v) { return v / (1.0f + expf(-v));
 __device__ __forceinline__ float softplus_d(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
 __global__ void add_bias_kernel(float* rows, int64_t n, int64_t cols, const float* bias) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   const int64_t total = n * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     rows[i] += bias[i % cols];
@@ -32,8 +32,8 @@ __global__ void add_bias_kernel(float* rows, int64_t n, int64_t cols, const floa
 
 __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const float* dt_bias, int nh, int n,
                           bool clamp, float t_min, float* dt) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   const int64_t total = int64_t(n) * nh;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / nh;
@@ -46,8 +46,8 @@ __global__ void dt_kernel(const float* proj, int64_t stride, int64_t col, const 
 __global__ void conv_silu_kernel(const float* window0, const float* window1, const int* sel, const float* u,
                                  int64_t u_stride, int n, const float* w, const float* bias, int64_t C, int K, float* out,
                                  int64_t out_stride, ConvSide side) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   const float* window = sel && *sel ? window1 : window0;
   const int W = K - 1;
   const int64_t total = int64_t(n) * C;
@@ -69,8 +69,8 @@ __global__ void conv_silu_kernel(const float* window0, const float* window1, con
 
 __global__ void shift_window_kernel(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                                     float* out, int* sel, int sel0, int sel1) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   if (sel && blockIdx.x == 0 && threadIdx.x == 0) sel[0] = sel0, sel[1] = sel1;
   const int W = K - 1;
   const int64_t total = C * W;
@@ -102,8 +102,8 @@ __global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = se
 // two buffers trade roles (s_out is read, s_in written: both are then a StatePair's buffers).
 __global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n, const float* a, const float* d,
                              const float* s_in, float* s_out, const int* sel, float* y) {
-  cuda::pdl_trigger();
   cuda::pdl_wait();
+  cuda::pdl_trigger();
   if (sel && *sel) {
     float* committed = s_out;
     s_out = const_cast<float*>(s_in);
