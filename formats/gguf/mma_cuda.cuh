@@ -1,0 +1,392 @@
+// Tensor-core GEMV for 1–16 activation rows on the block types of NVIDIA's 2-bit Bolt file
+// (IQ2_XXS, NVFP4, Q8_0): weights are decoded to their exact small integers in fp16 and multiplied
+// on mma.sync m16n8k16 with fp32 accumulation, so a verify pass of up to 8 rows costs about what a
+// decode step does (the fp32 GEMV of kernels_cuda.cuh pays one FMA per weight per row).
+// Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued.
+//
+// Numbers. Each 32-element group of a weight row is s·q (s the group's scale, or one per 16 for
+// NVFP4; q integers, exact in fp16). Each 32-element group of an activation row is scaled by a
+// power of two 2^−e so that its largest magnitude lies in [2^14, 2^15), then split x' = hi + lo with
+// hi = fp16(x'), lo = fp16(x' − hi): about 22 significant bits, as exact as the products need. Per
+// group the tensor cores sum q·hi + q·lo (each product exact in fp32) and the warp folds the group in
+// as acc = fma(s·2^e, t, acc), groups in k order. Nothing depends on the number of rows: every mma
+// column is computed on its own, and a row's scaling is its own. A row has the same bits whatever n.
+//
+// Layout. A warp owns 16 weight rows (an m16 tile); lane (g = lane / 4, q = lane % 4) decodes rows g
+// and g + 8, and within each group the eight elements that Mma<Q>::place maps to it. The k order
+// inside a group is permuted (a dot product does not care) so that those eight are what the A
+// fragment wants: k-step j, pair h (k = 2q + 8h + t) holds element P(q, j, h, t). Activations are
+// staged in shared memory in the same order, hi and lo halves side by side per lane, so the B
+// fragment is two 16-byte loads.
+#pragma once
+#include <cuda_fp16.h>
+
+#include <cstdlib>
+#include <type_traits>
+
+#include "formats/gguf/iquants_cuda.cuh"
+#include "formats/gguf/kquants_cuda.cuh"
+
+namespace tandem::gguf::kcuda {
+
+constexpr int kMmaWarps = 2;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaStages = 3;
+constexpr int kMmaXElems = 16384;  // staged activation elements per block (all rows together)
+constexpr int kMmaMaxRows = 16;    // activation rows per launch item (two n8 tiles)
+constexpr int kStageUnroll = 8;    // float4 activation loads in flight per thread while staging
+
+// Bytes b (each 128 + v) at byte selectors `sel` (two bytes) to the half2 (v0, v1), exactly.
+__device__ __forceinline__ uint32_t h2_of_biased(uint32_t b, uint32_t sel) {
+  const uint32_t r = prmt(b, 0x64646464u, sel);  // 0x64bb: 1024 + bb in fp16
+  uint32_t out;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(out) : "r"(r), "r"(0x64806480u));  // − (1024 + 128)
+  return out;
+}
+
+// The four half2 of eight consecutive biased bytes lo (elements 0–3), hi (4–7), in element order.
+__device__ __forceinline__ void h2_run8(uint32_t lo, uint32_t hi, uint32_t (&w)[4]) {
+  w[0] = h2_of_biased(lo, 0x4140), w[1] = h2_of_biased(lo, 0x4342);
+  w[2] = h2_of_biased(hi, 0x4140), w[3] = h2_of_biased(hi, 0x4342);
+}
+
+template <class Q>
+struct Mma;
+
+// IQ2_XXS: a 32-element group is one unit (8 bytes: four grid indices, then four 7-bit signs and the
+// 4-bit scale); lane q takes grid entry q = elements 8q .. 8q + 7.
+template <>
+struct Mma<DecIQ2_XXS> {
+  static constexpr int kChunk = 1024;
+  static constexpr bool kScalePerStep = false;
+  __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
+  __device__ static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ2_XXS::kBytes;
+    const uint8_t* unit = blk + 2 + 8 * (u & 7);
+    const uint32_t idx = ld8(unit + q);
+    const uint32_t a1 = ld16(unit + 4) | ld16(unit + 6) << 16;
+    const uint64_t gr = at64(t.g64, idx << 3);
+    const uint32_t sel = at32(t.sgn, ((a1 >> (7 * q)) & 127u) << 2);
+    const uint32_t lo = uint32_t(gr), hi = uint32_t(gr >> 32);
+    const uint32_t a = prmt(lo | 0x80808080u, 0x80808080u - lo, sel & 0xFFFF);
+    const uint32_t b = prmt(hi | 0x80808080u, 0x80808080u - hi, sel >> 16);
+    h2_run8(a, b, w);
+    s[0] = s[1] = iq2_scale(f16_bits(ld16(blk)), a1 >> 28);
+  }
+};
+
+// Q8_0: a group is one block (fp16 d, 32 int8); lane q takes bytes 8q .. 8q + 7.
+template <>
+struct Mma<DecQ8_0> {
+  static constexpr int kChunk = 256;
+  static constexpr bool kScalePerStep = false;
+  __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
+  __device__ static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + u * DecQ8_0::kBytes;
+    const uint8_t* v = blk + 2 + 8 * q;
+    const uint32_t lo = (ld16(v) | ld16(v + 2) << 16) ^ 0x80808080u;
+    const uint32_t hi = (ld16(v + 4) | ld16(v + 6) << 16) ^ 0x80808080u;
+    h2_run8(lo, hi, w);
+    s[0] = s[1] = f16_bits(ld16(blk));
+  }
+};
+
+// NVFP4: a group is half a 64-element block, two sub-blocks of 16 with a UE4M3 scale each; k-step j
+// is sub-block j. Lane q takes bytes 2q, 2q + 1 of each sub-block: their low nibbles are elements
+// 2q, 2q + 1 (pair h = 0), their high nibbles 8 + 2q, 9 + 2q (h = 1).
+template <>
+struct Mma<DecNVFP4> {
+  static constexpr int kChunk = 512;
+  static constexpr bool kScalePerStep = true;
+  __device__ static void place(int e, int& q, int& slot) {
+    const int j = e >> 4, r = e & 15, h = r >> 3, v = r & 7;
+    q = v >> 1, slot = 4 * j + 2 * h + (v & 1);
+  }
+  __device__ static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 1) * DecNVFP4::kBytes;
+    const int hh = u & 1;
+    const uint32_t sc = ld16(blk + 2 * hh);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      // Nibbles (b0 lo, b0 hi, b1 lo, b1 hi) through the 16-entry int8 table 2·E2M1, as four bytes.
+      const uint32_t v = ld16(blk + 4 + 16 * hh + 8 * j + 2 * q);
+      const uint32_t l = prmt(0x03020100u, 0x0C080604u, v), h = prmt(0xFDFEFF00u, 0xF4F8FAFCu, v);
+      const uint32_t vals = prmt(l, h, 0x3210u | ((v >> 1) & 0x4444u)) ^ 0x80808080u;
+      w[2 * j] = h2_of_biased(vals, 0x4240);      // elements 2q, 2q + 1
+      w[2 * j + 1] = h2_of_biased(vals, 0x4341);  // elements 8 + 2q, 9 + 2q
+      s[j] = atf(t.e4, ((sc >> (8 * j)) & 0xFFu) << 2);
+    }
+  }
+};
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <class Q>
+__host__ __device__ constexpr int mma_chunk_bytes() {
+  return Mma<Q>::kChunk / Q::kElems * Q::kBytes;
+}
+template <class Q>
+__host__ __device__ constexpr int mma_stage_bytes() {
+  return (mma_chunk_bytes<Q>() + 32 + 15) / 16 * 16;
+}
+// Activation rows held per launch item: n rounded up to a power of two (the staging size only).
+inline int mma_slots(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16; }
+template <class Q>
+inline int64_t mma_x_chunk(int slots, int64_t k) {
+  const int64_t ce = Mma<Q>::kChunk;
+  return std::min<int64_t>(kMmaXElems / slots / ce * ce, (k + ce - 1) / ce * ce);
+}
+// Shared memory: tables | activations (slots rows of xc/32 groups × 128 bytes + 16 of padding) |
+// group exponents (xc/32 × slots floats) | the warps' rings.
+__host__ __device__ inline size_t mma_x_row_bytes(int64_t xc) { return size_t(xc / 32) * 128 + 16; }
+template <class Q>
+inline size_t mma_smem_bytes(int slots, int64_t xc) {
+  const size_t x = size_t(slots) * mma_x_row_bytes(xc) + size_t(xc / 32) * size_t(slots) * 4;
+  return size_t(table_bytes<Q>()) + (x + 15) / 16 * 16 + size_t(kMmaWarps) * kMmaStages * 16 * mma_stage_bytes<Q>();
+}
+
+// One launch: blockIdx.x picks kMmaWarps·16 weight rows, blockIdx.y (striding by gridDim.y) a slab
+// of up to 16 activation rows. The weight stream is gemv_kernel's: one continuous sequence of chunks
+// per warp through a ring of kMmaStages, the first chunks requested before the tables and the
+// activations are loaded.
+template <class Q>
+__global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p, int64_t xc, int slots) {
+  using M = Mma<Q>;
+  constexpr int CE = M::kChunk, GPC = CE / 32;
+  constexpr int CB = mma_chunk_bytes<Q>(), SB = mma_stage_bytes<Q>(), S = kMmaStages;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int xg = int(xc / 32);
+  const size_t xrow = mma_x_row_bytes(xc);
+  unsigned char* xs = smem + table_bytes<Q>();
+  float* xexp = reinterpret_cast<float*>(xs + size_t(slots) * xrow);
+  const size_t xbytes = size_t(slots) * xrow + size_t(xg) * size_t(slots) * 4;
+  unsigned char* ring = xs + (xbytes + 15) / 16 * 16 + size_t(warp) * S * 16 * SB;
+
+  const int64_t o0 = (int64_t(blockIdx.x) * kMmaWarps + warp) * 16;
+  const bool active = o0 < p.m;
+  const int64_t row_bytes = p.row_bytes;
+  const int groups = int(p.k / 32);
+  const int nch = int((p.k + CE - 1) / CE), cpx = int(xc / CE);
+  const int64_t items = (p.n + kMmaMaxRows - 1) / kMmaMaxRows;
+  auto row_ptr = [&](int i) { return p.w + min(o0 + i, p.m - 1) * row_bytes; };  // rows past m repeat the last
+  auto misalign = [&](int i, int c) {
+    return int((uint32_t(reinterpret_cast<uintptr_t>(row_ptr(i))) + uint32_t(c) * uint32_t(CB)) & 15);
+  };
+  auto issue = [&](int c, int slot) {
+    const int64_t b0 = int64_t(c) * CB;
+    const int len = int(min(int64_t(CB), row_bytes - b0));
+    for (int i = 0; i < 16; ++i) {
+      const int mis = misalign(i, c);
+      const uint8_t* lo = row_ptr(i) + b0 - mis;
+      const int pieces = (mis + len + 15) >> 4;
+      unsigned char* dst = ring + (slot * 16 + i) * SB;
+      for (int pc = lane; pc < pieces; pc += 32) cp_async16(dst + 16 * pc, lo + 16 * pc);
+    }
+  };
+  auto prologue = [&] {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      if (s < nch) issue(s, s);
+      cp_async_commit();
+    }
+  };
+
+  int64_t item = blockIdx.y;
+  bool prefetched = false;
+  if (item < items && active) prologue(), prefetched = true;
+  const Tables tab = init_tables<Q>(smem, p.grid);
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+
+  for (; item < items; item += gridDim.y) {
+    const int nr = int(min(int64_t(kMmaMaxRows), p.n - item * kMmaMaxRows));
+    const int tiles = nr > 8 ? 2 : 1;
+    const float* x = p.x + item * kMmaMaxRows * p.k;
+    float* y = p.y + item * kMmaMaxRows * p.m;
+    if (!prefetched && active) prologue();
+    prefetched = false;
+    float acc[2][4] = {};
+
+    int slot = 0, refill = S - 1, cx = cpx;
+    for (int c = 0; c < nch; ++c) {
+      if (cx == cpx) {  // stage the next activation chunk: 8 lanes per (row, group), a float4 each
+        cx = 0;
+        const int g0 = c * GPC, ng = min(xg, groups - g0);
+        const int total = nr * ng * 8;  // float4s
+        __syncthreads();
+        for (int b0 = 0; b0 < total; b0 += kMmaThreads * kStageUnroll) {  // uniform trip count: shuffles below
+          float4 v[kStageUnroll];
+#pragma unroll
+          for (int i = 0; i < kStageUnroll; ++i) {
+            const int t = b0 + i * kMmaThreads + int(threadIdx.x);
+            v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t < total) {
+              const int r = t / (ng * 8), rem = t % (ng * 8);
+              v[i] = *reinterpret_cast<const float4*>(x + int64_t(r) * p.k + int64_t(g0 + (rem >> 3)) * 32 + (rem & 7) * 4);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kStageUnroll; ++i) {
+            const int t = b0 + i * kMmaThreads + int(threadIdx.x);
+            float mx = fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w)));
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            if (t >= total) continue;
+            const int r = t / (ng * 8), rem = t % (ng * 8), gi = rem >> 3, part = rem & 7;
+            // 2^(14 − E') scales the group's largest magnitude into [2^14, 2^15); E' the biased exponent
+            // of mx, clamped so that both factors stay normal (a zero group scales by 2^126, harmlessly).
+            const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
+            const float up = __uint_as_float(uint32_t(268 - E) << 23), down = __uint_as_float(uint32_t(E - 14) << 23);
+            const float e4[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+            unsigned char* row = xs + size_t(r) * xrow + size_t(gi) * 128;
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              const float xv = e4[m] * up;
+              const __half hi = __float2half_rn(xv);
+              const __half lo = __float2half_rn(xv - __half2float(hi));
+              int qq, sl;
+              M::place(part * 4 + m, qq, sl);
+              __half* seg = reinterpret_cast<__half*>(row + size_t(qq) * 32);
+              seg[sl] = hi;
+              seg[8 + sl] = lo;
+            }
+            if (part == 0) xexp[gi * slots + r] = down;
+          }
+        }
+        __syncthreads();
+      }
+      const int ci = cx++;
+      if (!active) continue;
+      if (c + S - 1 < nch) issue(c + S - 1, refill);
+      cp_async_commit();
+      cp_async_wait<S - 1>();
+      __syncwarp();
+      const uint8_t* cg = ring + (slot * 16 + g) * SB + misalign(g, c);
+      const uint8_t* cg8 = ring + (slot * 16 + g + 8) * SB + misalign(g + 8, c);
+      for (int u = 0; u < GPC; ++u) {
+        if (c * GPC + u >= groups) break;
+        uint32_t wa[4], wb[4];
+        float sa[2], sb[2];
+        M::group(cg, u, q, tab, wa, sa);
+        M::group(cg8, u, q, tab, wb, sb);
+        const int gx = ci * GPC + u;  // group within the staged activations
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          if (nt >= tiles) break;
+          const int col = 8 * nt + g, c0 = 8 * nt + 2 * q;
+          uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+          if (col < nr) {
+            const unsigned char* seg = xs + size_t(col) * xrow + size_t(gx) * 128 + size_t(q) * 32;
+            hi = *reinterpret_cast<const uint4*>(seg);
+            lo = *reinterpret_cast<const uint4*>(seg + 16);
+          }
+          const float e0 = c0 < nr ? xexp[gx * slots + c0] : 0.0f;
+          const float e1 = c0 + 1 < nr ? xexp[gx * slots + c0 + 1] : 0.0f;
+          if constexpr (M::kScalePerStep) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              const uint32_t bh0 = j ? hi.z : hi.x, bh1 = j ? hi.w : hi.y, bl0 = j ? lo.z : lo.x, bl1 = j ? lo.w : lo.y;
+              mma16816(t, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], bh0, bh1);
+              mma16816(t, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], bl0, bl1);
+              acc[nt][0] = fmaf(sa[j] * e0, t[0], acc[nt][0]);
+              acc[nt][1] = fmaf(sa[j] * e1, t[1], acc[nt][1]);
+              acc[nt][2] = fmaf(sb[j] * e0, t[2], acc[nt][2]);
+              acc[nt][3] = fmaf(sb[j] * e1, t[3], acc[nt][3]);
+            }
+          } else {
+            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+            mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+            mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+            mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+            acc[nt][0] = fmaf(sa[0] * e0, t[0], acc[nt][0]);
+            acc[nt][1] = fmaf(sa[0] * e1, t[1], acc[nt][1]);
+            acc[nt][2] = fmaf(sb[0] * e0, t[2], acc[nt][2]);
+            acc[nt][3] = fmaf(sb[0] * e1, t[3], acc[nt][3]);
+          }
+        }
+      }
+      __syncwarp();  // the slot is refilled next iteration
+      slot = slot + 1 == S ? 0 : slot + 1;
+      refill = refill + 1 == S ? 0 : refill + 1;
+    }
+    if (active) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int c0 = 8 * nt + 2 * q;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = c0 + (i & 1);
+          const int64_t row = o0 + g + 8 * (i >> 1);
+          if (col < nr && row < p.m) y[int64_t(col) * p.m + row] = acc[nt][i] * p.scale;
+        }
+      }
+    }
+  }
+}
+
+template <class Q>
+void launch_mma_gemv(const CudaMatmulArgs& a, cudaStream_t s) {
+  const int slots = mma_slots(std::min<int64_t>(a.n, kMmaMaxRows));
+  const int64_t xc = mma_x_chunk<Q>(slots, a.k);
+  const size_t smem = mma_smem_bytes<Q>(slots, xc);
+  static bool configured = false;  // the engine thread loads and runs; the attribute is per function
+  if (!configured) {
+    size_t most = 0;
+    for (int sl = 1; sl <= kMmaMaxRows; sl *= 2) most = std::max(most, mma_smem_bytes<Q>(sl, int64_t(kMmaXElems) / sl));
+    cuda::check_cuda(cudaFuncSetAttribute(mma_gemv_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
+                     "gguf mma gemv: shared memory attribute");
+    configured = true;
+  }
+  const int64_t items = (a.n + kMmaMaxRows - 1) / kMmaMaxRows;
+  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kMmaWarps) * 16)), unsigned(std::min<int64_t>(items, 65535)));
+  cuda::launch(mma_gemv_kernel<Q>, grid, dim3(kMmaThreads), smem, s, "gguf mma gemv", a, xc, slots);
+}
+
+template <class Q, class = void>
+struct HasMma : std::false_type {};
+template <class Q>
+struct HasMma<Q, std::void_t<decltype(Mma<Q>::kChunk)>> : std::true_type {};
+
+// matmul for the CudaQuantOps table: the tensor-core GEMV where the type has one (every n, so that a
+// row's bits never depend on n), the fp32 GEMV otherwise. TANDEM_GGUF_MMA=0 selects the fp32 GEMV
+// for every type (a/b timing; rows then differ from the tensor-core ones in the last bits).
+template <class Q>
+void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
+  if constexpr (HasMma<Q>::value) {
+    static const bool on = [] {
+      const char* e = std::getenv("TANDEM_GGUF_MMA");
+      return !(e && e[0] == '0' && e[1] == '\0');
+    }();
+    // Activations are read as float4: rows of k % 32 == 0 floats from a 16-byte aligned start.
+    if (on && reinterpret_cast<uintptr_t>(a.x) % 16 == 0) {
+      if (a.n == 0 || a.m == 0) return;
+      check(a.k % 32 == 0 && a.row_bytes == a.k / Q::kElems * Q::kBytes, "gguf (cuda): bad row geometry");
+      return launch_mma_gemv<Q>(a, s);
+    }
+  }
+  matmul_impl<Q>(a, s);
+}
+
+}  // namespace tandem::gguf::kcuda
+
+// One type's launchers, in a generated file per type (formats/gguf/CMakeLists.txt): CudaQuantOps for
+// decoder kcuda::Dec##T, matmul through matmul_entry.
+#undef TANDEM_GGUF_CUDA_INSTANCE
+#define TANDEM_GGUF_CUDA_INSTANCE(T)                                                              \
+  namespace tandem::gguf {                                                                        \
+  const CudaQuantOps& cuda_ops_##T() {                                                            \
+    static const CudaQuantOps ops = {#T, kcuda::matmul_entry<kcuda::Dec##T>,                      \
+                                     kcuda::gather_impl<kcuda::Dec##T>, kcuda::rows_impl<kcuda::Dec##T>}; \
+    return ops;                                                                                   \
+  }                                                                                               \
+  }
