@@ -351,12 +351,16 @@ __device__ __forceinline__ void half_dot(const typename Q::Unit (&un)[R], const 
   }
 }
 
-// One launch: blockIdx.x picks kWarps·R weight rows, blockIdx.y (striding by gridDim.y) an item:
-// a slab of up to NR activation rows (matmul) or one gathered row (ids non-null, NR = 1).
-// A warp's rows stream as one sequence of 1024-element chunks through its ring, S − 1 chunks ahead,
-// across the activation chunks (xc elements: a block barrier and a reload of x every xc / 1024
-// chunks); the first item's first chunks are requested before the lookup tables and the activations
-// are loaded, so their latencies overlap (and, launched programmatically, the previous kernel's tail).
+// One launch: blockIdx.x (striding by gridDim.x) picks row groups of kWarps·R weight rows, blockIdx.y
+// (striding by gridDim.y) an item: a slab of up to NR activation rows (matmul) or one gathered row
+// (ids non-null, NR = 1). A block takes each of its items through all of its row groups, so the
+// lookup tables are filled once per block and, when one activation chunk holds the whole row
+// (xc ≥ k), x is loaded once per item. Per row group, a warp's rows stream as one sequence of
+// 1024-element chunks through its ring, S − 1 chunks ahead, across the activation chunks (xc
+// elements: a block barrier and a reload of x every xc / 1024 chunks). A row group's first chunks are
+// requested before its item's activations are loaded and, for matmul's first, before the lookup
+// tables, so their latencies overlap (and, launched programmatically, the previous kernel's tail).
+// Each output is one warp's sum in one order, whatever gridDim.
 template <class Q, int NR>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_t xc) {
   constexpr int R = rows_per_warp<Q, NR>(), S = stages<Q, NR>();
@@ -369,30 +373,21 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   unsigned char* ring = smem + table_bytes<Q>() + size_t(NR) * size_t(x_stride) * 4 + size_t(warp) * S * R * SB;
 
-  const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
-  const bool active = o0 < p.m;
   const int units = int(p.k / 32);
   const int64_t row_bytes = p.row_bytes;
   const int64_t items = p.ids ? p.n : (p.n + NR - 1) / NR;
+  const int64_t n_rg = (p.m + int64_t(kWarps) * R - 1) / (int64_t(kWarps) * R);  // row groups
   const int nch = int((p.k + kChunkElems - 1) / kChunkElems);  // chunks per row
   const int cpx = int(xc / kChunkElems);                        // chunks per activation chunk
+  const bool whole_x = cpx >= nch;                              // x loaded once per item
 
-  // The item's weights: its rows (rows past m repeat the last) and output scale; false for a
-  // gathered row whose expert id is out of range.
+  // The warp's rows in the current row group: o0 .. o0 + R − 1 of an expert's (or the) weights w,
+  // rows past m repeating the last.
+  int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
   const uint8_t* rows[R];
-  float scale = p.scale;
-  auto weights_of = [&](int64_t item) {
-    const uint8_t* w = p.w;
-    scale = p.scale;
-    if (p.ids) {
-      const int32_t e = p.ids[item];
-      if (e < 0 || e >= p.n_experts) return false;
-      w += int64_t(e) * p.expert_bytes;
-      if (p.expert_scale) scale = p.expert_scale[e];
-    }
+  auto rows_of = [&](const uint8_t* w) {
 #pragma unroll
     for (int i = 0; i < R; ++i) rows[i] = w + min(o0 + i, p.m - 1) * row_bytes;
-    return true;
   };
   // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
   // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
@@ -418,13 +413,21 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
       cp_async_commit();
     }
   };
+  // Activations xbeg .. xbeg + xlen − 1 of the item's nr rows into shared memory (all threads).
+  auto load_xs = [&](const float* x, int nr, int64_t xbeg, int64_t xlen) {
+    __syncthreads();  // the previous activations are no longer read
+    for (int r = 0; r < nr; ++r)
+      for (int e = threadIdx.x; e < int(xlen); e += kThreads)
+        xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
+    __syncthreads();
+  };
 
   // Weights and lookup grids are never written by a pass: they may be read before pdl_wait(); the
   // expert ids, x and y only after it.
   int64_t item = blockIdx.y;
-  bool prefetched = false, valid = false;
-  if (!p.ids && item < items && active) {
-    valid = weights_of(item);
+  bool prefetched = false;
+  if (!p.ids && item < items && o0 < p.m) {
+    rows_of(p.w);
     prologue(), prefetched = true;
   }
   const Tables tab = init_tables<Q>(smem, p.grid);
@@ -444,66 +447,79 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
       x = p.x + item * NR * p.k;
       y = p.y + item * NR * p.m;
     }
-    if (!prefetched && active) {
-      valid = weights_of(item);
-      if (valid) prologue();
-    }
-    prefetched = false;
-    if (active && !valid) {  // the same for the whole block
-      if (lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
-    }
-    // Uniform across the block: every item has the same expert for all warps, so an invalid item is
-    // skipped by all of them before any barrier.
+    // The item's weights and output scale. An expert id out of range (the same for the whole block)
+    // leaves the item's rows NaN, and every warp skips its barriers alike.
+    const uint8_t* w = p.w;
+    float scale = p.scale;
+    bool valid = true;
     if (p.ids) {
       const int32_t e = p.ids[item];
-      if (e < 0 || e >= p.n_experts) continue;
+      valid = e >= 0 && e < p.n_experts;
+      if (valid) {
+        w += int64_t(e) * p.expert_bytes;
+        if (p.expert_scale) scale = p.expert_scale[e];
+      }
     }
-    float acc[NR][R];
+    bool x_loaded = false;
+    for (int64_t rg = blockIdx.x; rg < n_rg; rg += gridDim.x) {
+      o0 = (rg * kWarps + warp) * R;
+      const bool active = o0 < p.m;
+      if (!valid) {
+        if (active && lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
+        continue;
+      }
+      if (!prefetched && active) {
+        rows_of(w);
+        prologue();
+      }
+      prefetched = false;
+      if (whole_x && !x_loaded) {
+        load_xs(x, nr, 0, min(xc, p.k));
+        x_loaded = true;
+      }
+      float acc[NR][R];
 #pragma unroll
-    for (int r = 0; r < NR; ++r)
+      for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
+        for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
 
-    int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
-    int cx = cpx;                  // chunk c's index within its activation chunk (no division in the loop)
-    for (int c = 0; c < nch; ++c) {
-      if (cx == cpx) {
-        cx = 0;
-        const int64_t xbeg = int64_t(c) * kChunkElems, xlen = min(xc, p.k - xbeg);
-        __syncthreads();  // the previous chunk's activations are no longer read
-        for (int r = 0; r < nr; ++r)
-          for (int e = threadIdx.x; e < int(xlen); e += kThreads)
-            xs[r * x_stride + (e >> 5) * kUnitStride + (e & 31)] = x[r * p.k + xbeg + e];
-        __syncthreads();
+      int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
+      int cx = whole_x ? 0 : cpx;    // chunk c's index within its activation chunk (no division in the loop)
+      for (int c = 0; c < nch; ++c) {
+        if (cx == cpx) {
+          cx = 0;
+          const int64_t xbeg = int64_t(c) * kChunkElems;
+          load_xs(x, nr, xbeg, min(xc, p.k - xbeg));
+        }
+        const int ci = cx++;
+        if (!active) continue;
+        if (c + S - 1 < nch) issue(c + S - 1, refill);
+        cp_async_commit();
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const int u = c * 32 + lane;
+        if (u < units) {
+          typename Q::Unit un[R];
+#pragma unroll
+          for (int i = 0; i < R; ++i)
+            un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
+          const float* xu = xs + (ci * 32 + lane) * kUnitStride;
+          half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
+          half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
+        }
+        __syncwarp();  // the slot is refilled next iteration (or by the next row group's prologue)
+        slot = slot + 1 == S ? 0 : slot + 1;
+        refill = refill + 1 == S ? 0 : refill + 1;
       }
-      const int ci = cx++;
-      if (!active) continue;
-      if (c + S - 1 < nch) issue(c + S - 1, refill);
-      cp_async_commit();
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      const int u = c * 32 + lane;
-      if (u < units) {
-        typename Q::Unit un[R];
+      if (active) {
 #pragma unroll
-        for (int i = 0; i < R; ++i)
-          un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
-        const float* xu = xs + (ci * 32 + lane) * kUnitStride;
-        half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
-        half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
-      }
-      __syncwarp();  // the slot is refilled next iteration
-      slot = slot + 1 == S ? 0 : slot + 1;
-      refill = refill + 1 == S ? 0 : refill + 1;
-    }
-    if (active) {
+        for (int r = 0; r < NR; ++r) {
+          if (r >= nr) break;
 #pragma unroll
-      for (int r = 0; r < NR; ++r) {
-        if (r >= nr) break;
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-          const float s = cuda::warp_sum(acc[r][i]);
-          if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
+          for (int i = 0; i < R; ++i) {
+            const float s = cuda::warp_sum(acc[r][i]);
+            if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
+          }
         }
       }
     }
@@ -545,8 +561,14 @@ __global__ void __launch_bounds__(256) rows_kernel(CudaRowsArgs p) {
 
 // ---- host launchers ----
 
+// Blocks a many-item gather aims at: 4 blocks per SM on a 132-SM H200. A verify pass gathers
+// tokens × experts items; with one row group per block its thousands of small blocks would be
+// dominated by fixed costs (tables, the first weight round trip, loading x).
+constexpr int64_t kGatherBlocks = 528;
+
+// rg_per_block row groups per block (gridDim.x = n_rg / rg_per_block, rounded up); matmul keeps one.
 template <class Q, int NR>
-void launch_gemv(const CudaMatmulArgs& a, int64_t items, cudaStream_t s) {
+void launch_gemv(const CudaMatmulArgs& a, int64_t items, cudaStream_t s, int64_t rg_per_block = 1) {
   constexpr int R = rows_per_warp<Q, NR>();
   const int64_t xc = x_chunk(NR, a.k);
   const size_t smem = gemv_smem_bytes<Q, NR>(xc);
@@ -557,7 +579,8 @@ void launch_gemv(const CudaMatmulArgs& a, int64_t items, cudaStream_t s) {
                      "gguf gemv: shared memory attribute");
     configured = true;
   }
-  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kWarps) * R)), unsigned(std::min<int64_t>(items, 65535)));
+  const int64_t n_rg = cuda::ceil_div(a.m, int64_t(kWarps) * R);
+  const dim3 grid(unsigned(cuda::ceil_div(n_rg, rg_per_block)), unsigned(std::min<int64_t>(items, 65535)));
   cuda::launch(gemv_kernel<Q, NR>, grid, dim3(kThreads), smem, s, "gguf gemv", a, xc);
 }
 
@@ -570,10 +593,14 @@ void matmul_impl(const CudaMatmulArgs& a, cudaStream_t s) {
   else launch_gemv<Q, kMaxRows>(a, (a.n + kMaxRows - 1) / kMaxRows, s);
 }
 
+// Gather: enough row groups per block that n_rg · items / rg_per_block ≈ kGatherBlocks (one when
+// fewer items than that fill the machine).
 template <class Q>
 void gather_impl(const CudaMatmulArgs& a, cudaStream_t s) {
   if (a.n == 0 || a.m == 0) return;
-  launch_gemv<Q, 1>(a, a.n, s);
+  const int64_t n_rg = cuda::ceil_div(a.m, int64_t(kWarps) * rows_per_warp<Q, 1>());
+  const int64_t rg_per_block = std::max<int64_t>(1, std::min<int64_t>(n_rg, n_rg * a.n / kGatherBlocks));
+  launch_gemv<Q, 1>(a, a.n, s, rg_per_block);
 }
 
 template <class Q>

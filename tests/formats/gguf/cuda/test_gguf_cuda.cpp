@@ -2,7 +2,7 @@
 // QuantType kernels), for every type the plugin reads, on fresh random valid blocks: matmul for
 // n = 1..16 and 40 with poisoned outputs, rows bit-identical whatever n, get_rows and dequantize bit
 // for bit, the stacked expert gather against per-expert CPU matmuls (with NVFP4 `.scale` sidecars),
-// and the gguf-cuda module through the registry.
+// a many-item gather bit for bit against small ones, and the gguf-cuda module through the registry.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -253,6 +253,55 @@ TEST_P(GgufCuda, GatherMatmulMatchesPerExpertCpu) {
   EXPECT_LE(worst, kTol) << type;
   std::printf("[measure] %s gather_matmul vs per-expert cpu: max |Δ| / Σ|x·w| = %.3g (tolerance %.3g)\n",
               type.c_str(), worst, kTol);
+}
+
+// Many items (a verify pass gathers tokens × experts): the launcher gives each block several row
+// groups of its item. Every row keeps the bits of small gathers (one row group per block), for an x
+// held whole and one streamed in chunks, with a partial last row group (200 rows: 7 groups of 32, in
+// 2 blocks of 4 and 3) and ids out of range, whose rows become NaN.
+TEST_P(GgufCuda, ManyItemGatherKeepsTheBitsOfSmallGathers) {
+  const std::string type = GetParam();
+  const QuantType& qt = *find_type(type);
+  if (qt.block_elems == 1) GTEST_SKIP() << "dense gathers run the dense GEMV";
+  const int E = 5, per_x = 4;
+  const int64_t m = 200, items = 400, nx = items / per_x, piece = 8;
+  uint64_t seed = 11000 + std::hash<std::string>()(type) % 1000;
+  for (int64_t k : {int64_t(1024 + 5 * qt.block_elems), int64_t(17408)}) {
+    std::vector<Stored> parts;
+    std::vector<RawTensor> raws;
+    std::vector<StoredScale> scale_store;
+    for (int e = 0; e < E; ++e) {
+      parts.push_back(make_stored(type, m, k, seed++, "experts." + std::to_string(e) + ".w"));
+      scale_store.push_back({0.5f * float(e + 1)});
+    }
+    std::vector<RawTensor> scale_raws;
+    for (int e = 0; e < E; ++e) raws.push_back(parts[size_t(e)].raw()), scale_raws.push_back(scale_store[size_t(e)].raw());
+    std::vector<const RawTensor*> ex, scs;
+    for (int e = 0; e < E; ++e) ex.push_back(&raws[size_t(e)]), scs.push_back(&scale_raws[size_t(e)]);
+    auto set = load_gguf_experts_cuda(ex, scs, *be);
+    std::vector<int32_t> ids;
+    for (int64_t r = 0; r < items; ++r) ids.push_back(int32_t((r * 7 + 1) % E));
+    ids[37] = E, ids[250] = -1;
+    Dev dx = upload(*be, random_vec(size_t(nx * k), seed++, -2.f, 2.f));
+    auto dids = be->alloc(ids.size() * 4);
+    be->upload(dids->data(), ids.data(), ids.size() * 4);
+    const int32_t* did = static_cast<const int32_t*>(dids->data());
+    Dev dy = upload(*be, std::vector<float>(size_t(items * m), 0.f));
+    set->gather_matmul(Tensor::f32(dx.p(), nx, k), did, per_x, Tensor::f32(dy.p(), items, m));
+    Dev dref = poisoned(*be, size_t(items * m));
+    for (int64_t r0 = 0; r0 < items; r0 += piece)
+      set->gather_matmul(Tensor::f32(dx.p() + (r0 / per_x) * k, piece / per_x, k), did + r0, per_x,
+                         Tensor::f32(dref.p() + r0 * m, piece, m));
+    const auto got = download(*be, dy), want = download(*be, dref);
+    for (int64_t r = 0; r < items; ++r) {
+      const float* g = got.data() + r * m;
+      if (ids[size_t(r)] < 0 || ids[size_t(r)] >= E) {
+        for (int64_t o = 0; o < m; ++o) EXPECT_TRUE(std::isnan(g[o])) << type << " k " << k << " row " << r;
+      } else {
+        EXPECT_TRUE(same_bits(g, want.data() + r * m, size_t(m))) << type << " k " << k << " row " << r;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufCuda, ::testing::ValuesIn(kTypes),
