@@ -20,6 +20,7 @@
 #include "bench_asks.h"
 #include "bench_draft.h"
 #include "cli.h"
+#include "slots.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
 #include "tandem/engine.h"
@@ -360,7 +361,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int verify_max = int(a.integer("verify-max", 15)), verify_reps = int(a.integer("verify-reps", 5));
   const std::vector<int64_t> sizes = parse_sizes(a.str("prefill", "512,8192,32768"));
   const double budget = a.number("prefill-budget", p.load.device == "cpu" ? 30.0 : 120.0);
-  r.prefill_chunk = a.integer("prefill-chunk", 8192);
+  r.prefill_chunk = a.integer("prefill-chunk", kDefaultPrefillChunk);  // serve's; the arithmetic is in slots.h
   const uint64_t seed = uint64_t(a.integer("seed", 0));
   check(r.prompt_tokens >= 1 && r.decode_tokens >= 1 && verify_max >= 1 && verify_reps >= 1 && r.prefill_chunk >= 1,
         "tandem bench: --prompt-tokens, --decode-tokens, --verify-max, --verify-reps and --prefill-chunk must be at "

@@ -73,7 +73,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   o.scheduler.slots = int(a.integer("slots", ps.slots.value_or(1)));
   o.scheduler.max_queue = int(a.integer("max-queue", ps.max_queue.value_or(8)));
   o.scheduler.queue_timeout_s = a.number("queue-timeout", ps.queue_timeout.value_or(240));
-  o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(512)));
+  o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(kDefaultPrefillChunk)));
   o.scheduler.context = p.context;
   // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
   o.scheduler.draft = cli::draft_options(a, p.draft, "serve");

@@ -12,9 +12,12 @@ namespace {
 
 class PerExpertSet : public ExpertSet {
  public:
-  PerExpertSet(std::vector<std::unique_ptr<QuantizedTensor>> e, Backend& be) : experts_(std::move(e)), be_(be) {
+  PerExpertSet(std::vector<std::unique_ptr<QuantizedTensor>> e, Backend& be, MixerScratch& s)
+      : experts_(std::move(e)), be_(be), s_(s) {
     check(!experts_.empty(), "expert set: no experts");
     check(be.device() == "cpu", "expert set: per-expert weights run on the host only, not on '", be.device(), "'");
+    // A token picks an expert at most once, so one expert's rows are at most the pass's tokens.
+    s.gather_in.fit(cols()), s.gather_out.fit(rows());
   }
   int n_experts() const override { return int(experts_.size()); }
   int64_t rows() const override { return experts_[0]->rows(); }
@@ -40,7 +43,7 @@ class PerExpertSet : public ExpertSet {
       const auto& rs = rows_of_[e];
       if (rs.empty()) continue;
       const int64_t m = int64_t(rs.size());
-      Tensor in = in_.f32(be_, m, x.cols), out = out_.f32(be_, m, y.cols);
+      Tensor in = s_.gather_in.f32(be_, m, x.cols), out = s_.gather_out.f32(be_, m, y.cols);
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(in.row(i), x.row(rs[size_t(i)] / k), size_t(x.cols) * sizeof(float));
       experts_[e]->matmul(in, out);
@@ -51,16 +54,15 @@ class PerExpertSet : public ExpertSet {
  private:
   std::vector<std::unique_ptr<QuantizedTensor>> experts_;
   Backend& be_;
-  // Scratch reused across calls; a Model is driven by one thread at a time.
+  MixerScratch& s_;  // the Model's; a Model is driven by one thread at a time
   mutable std::vector<std::vector<int64_t>> rows_of_;
-  mutable Scratch in_, out_;
 };
 
 }  // namespace
 
 std::unique_ptr<ExpertSet> make_per_expert_set(std::vector<std::unique_ptr<QuantizedTensor>> experts,
-                                               Backend& backend) {
-  return std::make_unique<PerExpertSet>(std::move(experts), backend);
+                                               Backend& backend, MixerScratch& scratch) {
+  return std::make_unique<PerExpertSet>(std::move(experts), backend, scratch);
 }
 
 }  // namespace tandem

@@ -9,8 +9,11 @@
 namespace tandem {
 
 class Backend;
+struct MixerScratch;
 
+// Gathers one expert's rows into the gather_in/gather_out slots of `scratch` (the Model's, shared by
+// all layers), which must outlive the set.
 std::unique_ptr<ExpertSet> make_per_expert_set(std::vector<std::unique_ptr<QuantizedTensor>> experts,
-                                               Backend& backend);
+                                               Backend& backend, MixerScratch& scratch);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 // Attention (GQA, NoPE, KV cache), MoE (sigmoid router, optional latent projections, shared expert)
-// and dense relu² MLP mixers, written against Backend ops and QuantizedTensor matmuls.
+// and dense relu² MLP mixers, written against Backend ops and QuantizedTensor matmuls. Their
+// activations live in the Model's MixerScratch, shared by all layers.
 #include "mixers.h"
 
 #include "scratch.h"
@@ -24,13 +25,15 @@ struct KVState : LayerState {
 
 class Attention : public Mixer {
  public:
-  Attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be, const int64_t* pos0_device)
-      : d_(d), be_(be), pos0_device_(pos0_device) {
+  Attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be, const int64_t* pos0_device,
+            MixerScratch& s)
+      : d_(d), be_(be), pos0_device_(pos0_device), s_(s) {
     int64_t q = int64_t(d.n_heads) * d.head_dim, kv = int64_t(d.n_kv_heads) * d.head_dim;
     q_ = w.tensor("q_proj", {q, hidden});
     k_ = w.tensor("k_proj", {kv, hidden});
     v_ = w.tensor("v_proj", {kv, hidden});
     o_ = w.tensor("o_proj", {hidden, q});
+    s.attn_q.fit(q), s.attn_k.fit(kv), s.attn_v.fit(kv), s.attn_out.fit(q);
   }
   std::unique_ptr<LayerState> new_state(int64_t max_tokens) const override {
     auto s = std::make_unique<KVState>();
@@ -45,8 +48,8 @@ class Attention : public Mixer {
     check(info.pos0 + info.n <= s.capacity, "attention: ", info.pos0 + info.n,
           " tokens exceed the context window of ", s.capacity);
     int64_t n = x.rows;
-    Tensor q = sq_.f32(be_, n, q_->rows()), k = sk_.f32(be_, n, k_->rows()),
-           v = sv_.f32(be_, n, v_->rows()), a = sa_.f32(be_, n, q_->rows());
+    Tensor q = s_.attn_q.f32(be_, n, q_->rows()), k = s_.attn_k.f32(be_, n, k_->rows()),
+           v = s_.attn_v.f32(be_, n, v_->rows()), a = s_.attn_out.f32(be_, n, q_->rows());
     q_->matmul(x, q);
     k_->matmul(x, k);
     v_->matmul(x, v);
@@ -63,8 +66,8 @@ class Attention : public Mixer {
   AttentionDesc d_;
   Backend& be_;
   const int64_t* pos0_device_;
+  MixerScratch& s_;
   std::unique_ptr<QuantizedTensor> q_, k_, v_, o_;
-  Scratch sq_, sk_, sv_, sa_;
 };
 
 // ---- MoE ----
@@ -73,12 +76,11 @@ struct NoState : LayerState {
   size_t bytes() const override { return 0; }
 };
 
-// down·relu²(up·x)
+// down·relu²(up·x), relu²(up·x) in the ffn_mid slot.
 struct Ffn {
   std::unique_ptr<QuantizedTensor> up, down;
-  Scratch mid;
-  void run(Backend& be, const Tensor& x, const Tensor& y) {
-    Tensor h = mid.f32(be, x.rows, up->rows());
+  void run(Backend& be, MixerScratch& s, const Tensor& x, const Tensor& y) {
+    Tensor h = s.ffn_mid.f32(be, x.rows, up->rows());
     up->matmul(x, h);
     be.relu2(h);
     down->matmul(h, y);
@@ -87,7 +89,8 @@ struct Ffn {
 
 class MoE : public Mixer {
  public:
-  MoE(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be) : d_(d), hidden_(hidden), be_(be) {
+  MoE(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& s)
+      : d_(d), hidden_(hidden), be_(be), s_(s) {
     gate_ = w.tensor("gate", {d.n_experts, hidden});
     if (w.has("gate.e_score_correction_bias"))
       bias_ = upload_vector(be, w.vector("gate.e_score_correction_bias", {d.n_experts}));
@@ -114,6 +117,10 @@ class MoE : public Mixer {
     route_.topk_group = d.topk_group;
     route_.norm_topk_prob = d.norm_topk_prob;
     route_.scaling = d.scaling;
+    s.moe_logits.fit(d.n_experts), s.moe_ids.fit(d.top_k), s.moe_weights.fit(d.top_k);
+    if (fc1_) s.moe_latent.fit(d.latent), s.moe_sum.fit(d.latent);
+    s.moe_hidden.fit(int64_t(d.top_k) * d.width), s.moe_expert_out.fit(int64_t(d.top_k) * in);
+    if (shared_.up) s.moe_shared.fit(hidden), s.ffn_mid.fit(d.shared_width);
   }
   std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
 
@@ -121,27 +128,27 @@ class MoE : public Mixer {
   // outputs in slot order (moe_combine), so a token's result does not depend on the batch.
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
     const int64_t n = x.rows, k = d_.top_k;
-    Tensor logits = slogits_.f32(be_, n, d_.n_experts);
+    Tensor logits = s_.moe_logits.f32(be_, n, d_.n_experts);
     gate_->matmul(x, logits);
-    Tensor ids = sids_.f32(be_, n, k), wts = swts_.f32(be_, n, k);  // ids reinterpret the f32 slot as i32
+    Tensor ids = s_.moe_ids.f32(be_, n, k), wts = s_.moe_weights.f32(be_, n, k);  // ids: the f32 slot as i32
     int32_t* id = static_cast<int32_t*>(ids.data);
     be_.moe_route(logits, bias_ ? static_cast<float*>(bias_->data()) : nullptr, route_, id, wts.f32());
 
     Tensor u = x;
     if (fc1_) {
-      u = su_.f32(be_, n, d_.latent);
+      u = s_.moe_latent.f32(be_, n, d_.latent);
       fc1_->matmul(x, u);
     }
-    Tensor h = sh_.f32(be_, n * k, d_.width), eo = seo_.f32(be_, n * k, u.cols);
+    Tensor h = s_.moe_hidden.f32(be_, n * k, d_.width), eo = s_.moe_expert_out.f32(be_, n * k, u.cols);
     up_->gather_matmul(u, id, int(k), h);
     be_.relu2(h);
     down_->gather_matmul(h, id, 1, eo);
-    Tensor r = fc2_ ? sr_.f32(be_, n, u.cols) : out;
+    Tensor r = fc2_ ? s_.moe_sum.f32(be_, n, u.cols) : out;
     be_.moe_combine(eo, wts.f32(), int(k), r);
     if (fc2_) fc2_->matmul(r, out);
     if (shared_.up) {
-      Tensor s = sshared_.f32(be_, n, hidden_);
-      shared_.run(be_, x, s);
+      Tensor s = s_.moe_shared.f32(be_, n, hidden_);
+      shared_.run(be_, s_, x, s);
       be_.add(out, s, out);
     }
   }
@@ -151,44 +158,46 @@ class MoE : public Mixer {
   MoEDesc d_;
   int hidden_;
   Backend& be_;
+  MixerScratch& s_;
   RouteParams route_;
   std::unique_ptr<QuantizedTensor> gate_, fc1_, fc2_;
   std::unique_ptr<Buffer> bias_;
   std::unique_ptr<ExpertSet> up_, down_;
   Ffn shared_;
-  Scratch slogits_, sids_, swts_, su_, sh_, seo_, sr_, sshared_;
 };
 
 // ---- dense MLP ----
 
 class Mlp : public Mixer {
  public:
-  Mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be) : be_(be) {
+  Mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& s) : be_(be), s_(s) {
     ffn_.up = w.tensor("up_proj", {d.width, hidden});
     ffn_.down = w.tensor("down_proj", {hidden, d.width});
+    s.ffn_mid.fit(d.width);
   }
   std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
-    ffn_.run(be_, x, out);
+    ffn_.run(be_, s_, x, out);
   }
   void commit(LayerState&, const ForwardInfo&, int) override {}
 
  private:
   Backend& be_;
+  MixerScratch& s_;
   Ffn ffn_;
 };
 
 }  // namespace
 
 std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be,
-                                      const int64_t* pos0_device) {
-  return std::make_unique<Attention>(d, hidden, w, be, pos0_device);
+                                      const int64_t* pos0_device, MixerScratch& scratch) {
+  return std::make_unique<Attention>(d, hidden, w, be, pos0_device, scratch);
 }
-std::unique_ptr<Mixer> make_moe(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be) {
-  return std::make_unique<MoE>(d, hidden, w, be);
+std::unique_ptr<Mixer> make_moe(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& scratch) {
+  return std::make_unique<MoE>(d, hidden, w, be, scratch);
 }
-std::unique_ptr<Mixer> make_mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be) {
-  return std::make_unique<Mlp>(d, hidden, w, be);
+std::unique_ptr<Mixer> make_mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& scratch) {
+  return std::make_unique<Mlp>(d, hidden, w, be, scratch);
 }
 
 }  // namespace tandem

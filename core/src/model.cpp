@@ -56,8 +56,8 @@ class TensorIndex {
 class GroupLoader {
  public:
   GroupLoader(const TensorIndex& index, std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats,
-              Backend& be, size_t& bytes)
-      : index_(index), formats_(std::move(formats)), be_(be), bytes_(bytes) {}
+              Backend& be, MixerScratch& scratch, size_t& bytes)
+      : index_(index), formats_(std::move(formats)), be_(be), scratch_(scratch), bytes_(bytes) {}
 
   bool has(const std::string& name) const { return !index_.group(name).members.empty(); }
 
@@ -109,7 +109,7 @@ class GroupLoader {
       bytes_ += each.back()->bytes();
       expert_bytes_ += each.back()->bytes();
     }
-    return make_per_expert_set(std::move(each), be_);
+    return make_per_expert_set(std::move(each), be_, scratch_);
   }
   // Bytes of routed experts loaded so far (part of the total).
   size_t expert_bytes() const { return expert_bytes_; }
@@ -118,6 +118,7 @@ class GroupLoader {
   const TensorIndex& index_;
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats_;
   Backend& be_;
+  MixerScratch& scratch_;
   size_t& bytes_;
   size_t expert_bytes_ = 0;
 };
@@ -195,6 +196,7 @@ struct Model::Impl {
   std::unique_ptr<QuantizedTensor> embed, lm_head;
   std::unique_ptr<Buffer> norm_f;
   std::vector<std::unique_ptr<Buffer>> norms;
+  MixerScratch mixer_scratch;  // before the mixers, which refer to it
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
   Scratch x, h, out, logits;
@@ -318,15 +320,17 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   const ModelDesc& d = m->desc_;
 
   if (o.threads >= 0) set_thread_count(o.threads);
-  m->backend_ = reg.backend(o.device);
+  m->backend_ = o.backend ? o.backend : reg.backend(o.device);
   Backend& be = *m->backend_;
+  check(be.device() == o.device, "Model::load: the backend given runs on '", be.device(), "', the options ask for '",
+        o.device, "'");
   im.pos0 = be.alloc(sizeof(int64_t));
   const char* graphs_env = std::getenv("TANDEM_CUDA_GRAPHS");
   if (graphs_env && std::string(graphs_env) == "0") im.graph_stats.off_reason = "TANDEM_CUDA_GRAPHS=0";
   else im.graph_stats.enabled = true;
 
   TensorIndex index(*im.checkpoint);
-  GroupLoader loader(index, formats, be, m->weight_bytes_);
+  GroupLoader loader(index, formats, be, im.mixer_scratch, m->weight_bytes_);
   // NVIDIA's checkpoints say backbone.*; Puzzle releases say model.*.
   std::string root;
   for (const char* p : {"backbone.", "model."})
@@ -366,15 +370,16 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
         break;
       }
       case LayerKind::Attention:
-        im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be, static_cast<const int64_t*>(im.pos0->data())));
+        im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be, static_cast<const int64_t*>(im.pos0->data()),
+                                           im.mixer_scratch));
         break;
       case LayerKind::MoE: {
         const size_t e0 = loader.expert_bytes();
-        im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be));
+        im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be, im.mixer_scratch));
         routed_per_token += (loader.expert_bytes() - e0) / size_t(l.moe.n_experts) * size_t(l.moe.top_k);
         break;
       }
-      case LayerKind::MLP: im.mixers.push_back(make_mlp(l.mlp, d.hidden, mw, be)); break;
+      case LayerKind::MLP: im.mixers.push_back(make_mlp(l.mlp, d.hidden, mw, be, im.mixer_scratch)); break;
     }
     if (o.progress) o.progress(double(i + 1) / double(d.layers.size()));
   }
@@ -410,6 +415,7 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   // Every buffer of the pass is sized before it runs (a recorded pass must not allocate). The token ids
   // go to the embedding kernel and the position to device memory outside the recording, so one graph
   // per shape serves every step.
+  im.mixer_scratch.reserve(be, n);
   Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
   const int64_t rows = all_positions ? n : 1;
   Tensor lg = im.logits.f32(be, rows, desc_.vocab);

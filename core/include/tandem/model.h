@@ -28,6 +28,9 @@ struct LoadOptions {
   bool hf_prefill_dt_clamp = false;  // clamp Δ ≥ time_step_min in prefill, as HF transformers does
   // Optional: called on the loading thread with the fraction loaded (0 … 1) after each layer.
   std::function<void(double)> progress;
+  // Optional: the backend to run on instead of the registry's for `device` (its device() must be
+  // `device`), e.g. a test's wrapper that counts what the model allocates.
+  std::shared_ptr<Backend> backend;
 };
 
 struct Sequence {
