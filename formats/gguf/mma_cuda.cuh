@@ -29,12 +29,13 @@
 
 namespace tandem::gguf::kcuda {
 
-constexpr int kMmaWarps = 2;
+constexpr int kMmaWarps = 8;        // one block: 16 weight rows, k split over the warps
 constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaStages = 3;
-constexpr int kMmaXElems = 16384;  // staged activation elements per block (all rows together)
-constexpr int kMmaMaxRows = 16;    // activation rows per launch item (two n8 tiles)
-constexpr int kStageUnroll = 8;    // float4 activation loads in flight per thread while staging
+constexpr int kMmaStages = 2;
+constexpr int kMmaChunk = 256;      // elements per ring stage (one IQ2_XXS block, 4 NVFP4, 8 Q8_0)
+constexpr int kMmaXElems = 16384;   // staged activation elements per block (all rows together)
+constexpr int kMmaMaxRows = 16;     // activation rows per launch item (two n8 tiles)
+constexpr int kStageUnroll = 4;     // float4 activation loads in flight per thread while staging
 
 // Bytes b (each 128 + v) at byte selectors `sel` (two bytes) to the half2 (v0, v1), exactly.
 __device__ __forceinline__ uint32_t h2_of_biased(uint32_t b, uint32_t sel) {
@@ -57,7 +58,6 @@ struct Mma;
 // 4-bit scale); lane q takes grid entry q = elements 8q .. 8q + 7.
 template <>
 struct Mma<DecIQ2_XXS> {
-  static constexpr int kChunk = 1024;
   static constexpr bool kScalePerStep = false;
   __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
@@ -78,7 +78,6 @@ struct Mma<DecIQ2_XXS> {
 // Q8_0: a group is one block (fp16 d, 32 int8); lane q takes bytes 8q .. 8q + 7.
 template <>
 struct Mma<DecQ8_0> {
-  static constexpr int kChunk = 256;
   static constexpr bool kScalePerStep = false;
   __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
@@ -96,7 +95,6 @@ struct Mma<DecQ8_0> {
 // 2q, 2q + 1 (pair h = 0), their high nibbles 8 + 2q, 9 + 2q (h = 1).
 template <>
 struct Mma<DecNVFP4> {
-  static constexpr int kChunk = 512;
   static constexpr bool kScalePerStep = true;
   __device__ static void place(int e, int& q, int& slot) {
     const int j = e >> 4, r = e & 15, h = r >> 3, v = r & 7;
@@ -130,7 +128,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 
 template <class Q>
 __host__ __device__ constexpr int mma_chunk_bytes() {
-  return Mma<Q>::kChunk / Q::kElems * Q::kBytes;
+  return kMmaChunk / Q::kElems * Q::kBytes;
 }
 template <class Q>
 __host__ __device__ constexpr int mma_stage_bytes() {
@@ -138,70 +136,75 @@ __host__ __device__ constexpr int mma_stage_bytes() {
 }
 // Activation rows held per launch item: n rounded up to a power of two (the staging size only).
 inline int mma_slots(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16; }
-template <class Q>
 inline int64_t mma_x_chunk(int slots, int64_t k) {
-  const int64_t ce = Mma<Q>::kChunk;
-  return std::min<int64_t>(kMmaXElems / slots / ce * ce, (k + ce - 1) / ce * ce);
+  return std::min<int64_t>(kMmaXElems / slots / kMmaChunk * kMmaChunk, (k + kMmaChunk - 1) / kMmaChunk * kMmaChunk);
 }
 // Shared memory: tables | activations (slots rows of xc/32 groups × 128 bytes + 16 of padding) |
-// group exponents (xc/32 × slots floats) | the warps' rings.
+// group exponents (xc/32 × slots floats) | the warps' rings | the warps' partial sums.
 __host__ __device__ inline size_t mma_x_row_bytes(int64_t xc) { return size_t(xc / 32) * 128 + 16; }
+__host__ __device__ inline size_t mma_x_bytes(int slots, int64_t xc) {
+  return (size_t(slots) * mma_x_row_bytes(xc) + size_t(xc / 32) * size_t(slots) * 4 + 15) / 16 * 16;
+}
+constexpr size_t kMmaPartBytes = size_t(kMmaWarps) * 32 * 8 * 4;
 template <class Q>
 inline size_t mma_smem_bytes(int slots, int64_t xc) {
-  const size_t x = size_t(slots) * mma_x_row_bytes(xc) + size_t(xc / 32) * size_t(slots) * 4;
-  return size_t(table_bytes<Q>()) + (x + 15) / 16 * 16 + size_t(kMmaWarps) * kMmaStages * 16 * mma_stage_bytes<Q>();
+  return size_t(table_bytes<Q>()) + mma_x_bytes(slots, xc) + size_t(kMmaWarps) * kMmaStages * 16 * mma_stage_bytes<Q>() +
+         kMmaPartBytes;
 }
 
-// One launch: blockIdx.x picks kMmaWarps·16 weight rows, blockIdx.y (striding by gridDim.y) a slab
-// of up to 16 activation rows. The weight stream is gemv_kernel's: one continuous sequence of chunks
-// per warp through a ring of kMmaStages, the first chunks requested before the tables and the
-// activations are loaded.
+// One launch: blockIdx.x picks 16 weight rows (an m16 tile), blockIdx.y (striding by gridDim.y) a
+// slab of up to 16 activation rows. The k dimension is cut in chunks of kMmaChunk; chunk c belongs
+// to warp c mod kMmaWarps, which streams its chunks through a ring of kMmaStages (the first
+// requested before the tables and the activations are loaded) and sums them in increasing c. The
+// warps' partial sums are added in warp order at the end. None of it depends on n or on how the
+// activations are staged, so a row has the same bits in any batch.
 template <class Q>
 __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p, int64_t xc, int slots) {
   using M = Mma<Q>;
-  constexpr int CE = M::kChunk, GPC = CE / 32;
-  constexpr int CB = mma_chunk_bytes<Q>(), SB = mma_stage_bytes<Q>(), S = kMmaStages;
+  constexpr int GPC = kMmaChunk / 32;
+  constexpr int CB = mma_chunk_bytes<Q>(), SB = mma_stage_bytes<Q>(), S = kMmaStages, W = kMmaWarps;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int xg = int(xc / 32);
   const size_t xrow = mma_x_row_bytes(xc);
   unsigned char* xs = smem + table_bytes<Q>();
   float* xexp = reinterpret_cast<float*>(xs + size_t(slots) * xrow);
-  const size_t xbytes = size_t(slots) * xrow + size_t(xg) * size_t(slots) * 4;
-  unsigned char* ring = xs + (xbytes + 15) / 16 * 16 + size_t(warp) * S * 16 * SB;
+  unsigned char* ring = xs + mma_x_bytes(slots, xc) + size_t(warp) * S * 16 * SB;
+  float* part = reinterpret_cast<float*>(xs + mma_x_bytes(slots, xc) + size_t(W) * S * 16 * SB);
 
-  const int64_t o0 = (int64_t(blockIdx.x) * kMmaWarps + warp) * 16;
-  const bool active = o0 < p.m;
+  const int64_t o0 = int64_t(blockIdx.x) * 16;
   const int64_t row_bytes = p.row_bytes;
   const int groups = int(p.k / 32);
-  const int nch = int((p.k + CE - 1) / CE), cpx = int(xc / CE);
+  const int nch = int((p.k + kMmaChunk - 1) / kMmaChunk), cpx = int(xc / kMmaChunk);
   const int64_t items = (p.n + kMmaMaxRows - 1) / kMmaMaxRows;
   auto row_ptr = [&](int i) { return p.w + min(o0 + i, p.m - 1) * row_bytes; };  // rows past m repeat the last
   auto misalign = [&](int i, int c) {
     return int((uint32_t(reinterpret_cast<uintptr_t>(row_ptr(i))) + uint32_t(c) * uint32_t(CB)) & 15);
   };
-  auto issue = [&](int c, int slot) {
-    const int64_t b0 = int64_t(c) * CB;
-    const int len = int(min(int64_t(CB), row_bytes - b0));
-    for (int i = 0; i < 16; ++i) {
-      const int mis = misalign(i, c);
-      const uint8_t* lo = row_ptr(i) + b0 - mis;
-      const int pieces = (mis + len + 15) >> 4;
-      unsigned char* dst = ring + (slot * 16 + i) * SB;
-      for (int pc = lane; pc < pieces; pc += 32) cp_async16(dst + 16 * pc, lo + 16 * pc);
+  // The warp's j-th chunk (c = warp + j·W) into ring slot j mod S; an empty commit group past its end.
+  auto issue = [&](int j) {
+    const int c = warp + j * W;
+    if (c < nch) {
+      const int64_t b0 = int64_t(c) * CB;
+      const int len = int(min(int64_t(CB), row_bytes - b0));
+      for (int i = 0; i < 16; ++i) {
+        const int mis = misalign(i, c);
+        const uint8_t* lo = row_ptr(i) + b0 - mis;
+        const int pieces = (mis + len + 15) >> 4;
+        unsigned char* dst = ring + ((j % S) * 16 + i) * SB;
+        for (int pc = lane; pc < pieces; pc += 32) cp_async16(dst + 16 * pc, lo + 16 * pc);
+      }
     }
+    cp_async_commit();
   };
   auto prologue = [&] {
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-      if (s < nch) issue(s, s);
-      cp_async_commit();
-    }
+    for (int j = 0; j < S - 1; ++j) issue(j);
   };
 
   int64_t item = blockIdx.y;
   bool prefetched = false;
-  if (item < items && active) prologue(), prefetched = true;
+  if (item < items) prologue(), prefetched = true;
   const Tables tab = init_tables<Q>(smem, p.grid);
   cuda::pdl_wait();
   cuda::pdl_trigger();
@@ -211,17 +214,16 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
     const int tiles = nr > 8 ? 2 : 1;
     const float* x = p.x + item * kMmaMaxRows * p.k;
     float* y = p.y + item * kMmaMaxRows * p.m;
-    if (!prefetched && active) prologue();
+    if (!prefetched) prologue();
     prefetched = false;
     float acc[2][4] = {};
 
-    int slot = 0, refill = S - 1, cx = cpx;
-    for (int c = 0; c < nch; ++c) {
-      if (cx == cpx) {  // stage the next activation chunk: 8 lanes per (row, group), a float4 each
-        cx = 0;
-        const int g0 = c * GPC, ng = min(xg, groups - g0);
+    int j = 0;  // the warp's chunks done so far
+    for (int cx0 = 0; cx0 < nch; cx0 += cpx) {  // one staged activation chunk: chunks cx0 .. cx0 + cpx − 1
+      {  // stage it: 8 lanes per (row, group), a float4 each
+        const int g0 = cx0 * GPC, ng = min(xg, groups - g0);
         const int total = nr * ng * 8;  // float4s
-        __syncthreads();
+        __syncthreads();                // the previous activations are no longer read
         for (int b0 = 0; b0 < total; b0 += kMmaThreads * kStageUnroll) {  // uniform trip count: shuffles below
           float4 v[kStageUnroll];
 #pragma unroll
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
 #pragma unroll
             for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             if (t >= total) continue;
-            const int r = t / (ng * 8), rem = t % (ng * 8), gi = rem >> 3, part = rem & 7;
+            const int r = t / (ng * 8), rem = t % (ng * 8), gi = rem >> 3, pt = rem & 7;
             // 2^(14 − E') scales the group's largest magnitude into [2^14, 2^15); E' the biased exponent
             // of mx, clamped so that both factors stay normal (a zero group scales by 2^126, harmlessly).
             const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
@@ -253,82 +255,89 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
               const __half hi = __float2half_rn(xv);
               const __half lo = __float2half_rn(xv - __half2float(hi));
               int qq, sl;
-              M::place(part * 4 + m, qq, sl);
+              M::place(pt * 4 + m, qq, sl);
               __half* seg = reinterpret_cast<__half*>(row + size_t(qq) * 32);
               seg[sl] = hi;
               seg[8 + sl] = lo;
             }
-            if (part == 0) xexp[gi * slots + r] = down;
+            if (pt == 0) xexp[gi * slots + r] = down;
           }
         }
         __syncthreads();
       }
-      const int ci = cx++;
-      if (!active) continue;
-      if (c + S - 1 < nch) issue(c + S - 1, refill);
-      cp_async_commit();
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      const uint8_t* cg = ring + (slot * 16 + g) * SB + misalign(g, c);
-      const uint8_t* cg8 = ring + (slot * 16 + g + 8) * SB + misalign(g + 8, c);
-      for (int u = 0; u < GPC; ++u) {
-        if (c * GPC + u >= groups) break;
-        uint32_t wa[4], wb[4];
-        float sa[2], sb[2];
-        M::group(cg, u, q, tab, wa, sa);
-        M::group(cg8, u, q, tab, wb, sb);
-        const int gx = ci * GPC + u;  // group within the staged activations
+      // The warp's chunks inside this staged chunk, in increasing c.
+      for (int c = warp + j * W; c < min(nch, cx0 + cpx); c = warp + j * W) {
+        issue(j + S - 1);
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const unsigned char* st = ring + (j % S) * 16 * SB;
+        const uint8_t* cg = st + g * SB + misalign(g, c);
+        const uint8_t* cg8 = st + (g + 8) * SB + misalign(g + 8, c);
+        for (int u = 0; u < GPC; ++u) {
+          if (c * GPC + u >= groups) break;
+          uint32_t wa[4], wb[4];
+          float sa[2], sb[2];
+          M::group(cg, u, q, tab, wa, sa);
+          M::group(cg8, u, q, tab, wb, sb);
+          const int gx = (c - cx0) * GPC + u;  // group within the staged activations
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          if (nt >= tiles) break;
-          const int col = 8 * nt + g, c0 = 8 * nt + 2 * q;
-          uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
-          if (col < nr) {
-            const unsigned char* seg = xs + size_t(col) * xrow + size_t(gx) * 128 + size_t(q) * 32;
-            hi = *reinterpret_cast<const uint4*>(seg);
-            lo = *reinterpret_cast<const uint4*>(seg + 16);
-          }
-          const float e0 = c0 < nr ? xexp[gx * slots + c0] : 0.0f;
-          const float e1 = c0 + 1 < nr ? xexp[gx * slots + c0 + 1] : 0.0f;
-          if constexpr (M::kScalePerStep) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              const uint32_t bh0 = j ? hi.z : hi.x, bh1 = j ? hi.w : hi.y, bl0 = j ? lo.z : lo.x, bl1 = j ? lo.w : lo.y;
-              mma16816(t, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], bh0, bh1);
-              mma16816(t, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], bl0, bl1);
-              acc[nt][0] = fmaf(sa[j] * e0, t[0], acc[nt][0]);
-              acc[nt][1] = fmaf(sa[j] * e1, t[1], acc[nt][1]);
-              acc[nt][2] = fmaf(sb[j] * e0, t[2], acc[nt][2]);
-              acc[nt][3] = fmaf(sb[j] * e1, t[3], acc[nt][3]);
+          for (int nt = 0; nt < 2; ++nt) {
+            if (nt >= tiles) break;
+            const int col = 8 * nt + g, c0 = 8 * nt + 2 * q;
+            uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+            if (col < nr) {
+              const unsigned char* seg = xs + size_t(col) * xrow + size_t(gx) * 128 + size_t(q) * 32;
+              hi = *reinterpret_cast<const uint4*>(seg);
+              lo = *reinterpret_cast<const uint4*>(seg + 16);
             }
-          } else {
-            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-            mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-            mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-            mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
-            acc[nt][0] = fmaf(sa[0] * e0, t[0], acc[nt][0]);
-            acc[nt][1] = fmaf(sa[0] * e1, t[1], acc[nt][1]);
-            acc[nt][2] = fmaf(sb[0] * e0, t[2], acc[nt][2]);
-            acc[nt][3] = fmaf(sb[0] * e1, t[3], acc[nt][3]);
+            const float e0 = c0 < nr ? xexp[gx * slots + c0] : 0.0f;
+            const float e1 = c0 + 1 < nr ? xexp[gx * slots + c0 + 1] : 0.0f;
+            if constexpr (M::kScalePerStep) {
+#pragma unroll
+              for (int js = 0; js < 2; ++js) {
+                float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                const uint32_t bh0 = js ? hi.z : hi.x, bh1 = js ? hi.w : hi.y, bl0 = js ? lo.z : lo.x,
+                               bl1 = js ? lo.w : lo.y;
+                mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bh0, bh1);
+                mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bl0, bl1);
+                acc[nt][0] = fmaf(sa[js] * e0, t[0], acc[nt][0]);
+                acc[nt][1] = fmaf(sa[js] * e1, t[1], acc[nt][1]);
+                acc[nt][2] = fmaf(sb[js] * e0, t[2], acc[nt][2]);
+                acc[nt][3] = fmaf(sb[js] * e1, t[3], acc[nt][3]);
+              }
+            } else {
+              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+              mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+              mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+              mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+              acc[nt][0] = fmaf(sa[0] * e0, t[0], acc[nt][0]);
+              acc[nt][1] = fmaf(sa[0] * e1, t[1], acc[nt][1]);
+              acc[nt][2] = fmaf(sb[0] * e0, t[2], acc[nt][2]);
+              acc[nt][3] = fmaf(sb[0] * e1, t[3], acc[nt][3]);
+            }
           }
         }
+        __syncwarp();  // the slot is refilled by the next issue
+        ++j;
       }
-      __syncwarp();  // the slot is refilled next iteration
-      slot = slot + 1 == S ? 0 : slot + 1;
-      refill = refill + 1 == S ? 0 : refill + 1;
     }
-    if (active) {
+    // The item is done: the warps' sums, added in warp order.
+    cp_async_wait<0>();  // only empty groups can be pending; none may outlive the item's ring use
+    __syncthreads();
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int c0 = 8 * nt + 2 * q;
+    for (int i = 0; i < 8; ++i) part[(warp * 32 + lane) * 8 + i] = acc[i >> 2][i & 3];
+    __syncthreads();
+    if (warp == 0) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int col = c0 + (i & 1);
-          const int64_t row = o0 + g + 8 * (i >> 1);
-          if (col < nr && row < p.m) y[int64_t(col) * p.m + row] = acc[nt][i] * p.scale;
-        }
+      for (int i = 0; i < 8; ++i) {
+        const int nt = i >> 2;
+        if (nt >= tiles) break;
+        float v = part[lane * 8 + i];
+        for (int w = 1; w < W; ++w) v += part[(w * 32 + lane) * 8 + i];
+        const int col = 8 * nt + 2 * q + (i & 1);
+        const int64_t row = o0 + g + 8 * ((i >> 1) & 1);
+        if (col < nr && row < p.m) y[int64_t(col) * p.m + row] = v * p.scale;
       }
     }
   }
@@ -337,7 +346,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
 template <class Q>
 void launch_mma_gemv(const CudaMatmulArgs& a, cudaStream_t s) {
   const int slots = mma_slots(std::min<int64_t>(a.n, kMmaMaxRows));
-  const int64_t xc = mma_x_chunk<Q>(slots, a.k);
+  const int64_t xc = mma_x_chunk(slots, a.k);
   const size_t smem = mma_smem_bytes<Q>(slots, xc);
   static bool configured = false;  // the engine thread loads and runs; the attribute is per function
   if (!configured) {
@@ -348,14 +357,14 @@ void launch_mma_gemv(const CudaMatmulArgs& a, cudaStream_t s) {
     configured = true;
   }
   const int64_t items = (a.n + kMmaMaxRows - 1) / kMmaMaxRows;
-  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kMmaWarps) * 16)), unsigned(std::min<int64_t>(items, 65535)));
+  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(16))), unsigned(std::min<int64_t>(items, 65535)));
   cuda::launch(mma_gemv_kernel<Q>, grid, dim3(kMmaThreads), smem, s, "gguf mma gemv", a, xc, slots);
 }
 
 template <class Q, class = void>
 struct HasMma : std::false_type {};
 template <class Q>
-struct HasMma<Q, std::void_t<decltype(Mma<Q>::kChunk)>> : std::true_type {};
+struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type {};
 
 // matmul for the CudaQuantOps table: the tensor-core GEMV where the type has one (every n, so that a
 // row's bits never depend on n), the fp32 GEMV otherwise. TANDEM_GGUF_MMA=0 selects the fp32 GEMV
