@@ -1,7 +1,7 @@
 // Tensor-core GEMV for 1–16 activation rows on the block types of NVIDIA's 2-bit Bolt file
 // (IQ2_XXS, NVFP4, Q8_0): weights are decoded to their exact small integers in fp16 and multiplied
-// on mma.sync m16n8k16 with fp32 accumulation, so a verify pass of up to 8 rows costs about what a
-// decode step does (the fp32 GEMV of kernels_cuda.cuh pays one FMA per weight per row).
+// on mma.sync m16n8k16 with fp32 accumulation, so extra rows cost little (the fp32 GEMV of
+// kernels_cuda.cuh pays one FMA per weight per row). Opt-in (TANDEM_GGUF_MMA=1): see matmul_entry.
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued.
 //
 // Numbers. Each 32-element group of a weight row is s·q (s the group's scale, or one per 16 for
@@ -366,15 +366,17 @@ struct HasMma : std::false_type {};
 template <class Q>
 struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type {};
 
-// matmul for the CudaQuantOps table: the tensor-core GEMV where the type has one (every n, so that a
-// row's bits never depend on n), the fp32 GEMV otherwise. TANDEM_GGUF_MMA=0 selects the fp32 GEMV
-// for every type (a/b timing; rows then differ from the tensor-core ones in the last bits).
+// matmul for the CudaQuantOps table: the fp32 GEMV, or with TANDEM_GGUF_MMA=1 the tensor-core GEMV
+// where the type has one (for every n, so that a row's bits never depend on n; gathers stay on the
+// fp32 kernel, so a gathered row then differs from its expert's matmul in the last bits). Opt-in:
+// on the H200 it verifies 8 rows for 2.7 decode steps (fp32: 3.3) but decodes one row 1.4x slower
+// (Bolt gguf-iq2 85 vs 122 tok/s, 2026-11-30), which costs more than it gains.
 template <class Q>
 void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
   if constexpr (HasMma<Q>::value) {
     static const bool on = [] {
       const char* e = std::getenv("TANDEM_GGUF_MMA");
-      return !(e && e[0] == '0' && e[1] == '\0');
+      return e && e[0] == '1' && e[1] == '\0';
     }();
     // Activations are read as float4: rows of k % 32 == 0 floats from a 16-byte aligned start.
     if (on && reinterpret_cast<uintptr_t>(a.x) % 16 == 0) {

@@ -149,11 +149,15 @@ __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const floa
       const bool ok = j < E && !(taken >> i & 1u);
       v[i] = key[i], w[i] = s[i], id[i] = ok ? j : -1;
     }
+    constexpr int kLevels = EPL >= 16 ? 4 : EPL >= 8 ? 3 : EPL >= 4 ? 2 : EPL >= 2 ? 1 : 0;
 #pragma unroll
-    for (int half = EPL / 2; half > 0; half /= 2)
+    for (int lvl = 0; lvl < kLevels; ++lvl) {
+      const int half = EPL >> (lvl + 1);
 #pragma unroll
-      for (int i = 0; i < half; ++i)
-        if (better(v[i + half], id[i + half], v[i], id[i])) v[i] = v[i + half], id[i] = id[i + half], w[i] = w[i + half];
+      for (int i = 0; i < EPL / 2; ++i)
+        if (i < half && better(v[i + half], id[i + half], v[i], id[i]))
+          v[i] = v[i + half], id[i] = id[i + half], w[i] = w[i + half];
+    }
     float bv = v[0], bs = w[0];
     int bi = id[0];
 #pragma unroll
