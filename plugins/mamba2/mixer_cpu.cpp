@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "forward_checks.h"
 #include "tandem/error.h"
 
 namespace tandem::mamba2 {
@@ -34,12 +35,6 @@ void add_bias(float* rows, int64_t n, int64_t cols, const std::vector<float>& bi
   if (bias.empty()) return;
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < cols; ++c) rows[t * cols + c] += bias[size_t(c)];
-}
-
-void check_activation(const Tensor& t, const char* what, int n, int hidden) {
-  check(t.dtype == DType::F32, "mamba2 forward: ", what, " must be f32, found ", dtype_name(t.dtype));
-  check(t.rows == n && t.cols == hidden, "mamba2 forward: ", what, " is [", t.rows, ", ", t.cols,
-        "], expected [", n, ", ", hidden, "]");
 }
 
 const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
@@ -116,12 +111,8 @@ Mamba2State& Mamba2Mixer::state_of(LayerState& state, const char* what) const {
 
 void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
   Mamba2State& st = state_of(state, "forward");
+  check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
-  check(n >= 0, "mamba2 forward: info.n must be >= 0, found ", n);
-  check_activation(x, "input x", n, hidden_);
-  check_activation(out, "output", n, hidden_);
-  check(info.pos0 == st.pos_, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", st.pos_,
-        " committed tokens");
   const bool verify = info.mode == ForwardMode::Verify;
   st.pending_ = false;  // a forward without commit is dropped by the next one
 

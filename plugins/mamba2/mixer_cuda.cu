@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cuda_util.cuh"
+#include "forward_checks.h"
 #include "scan_cuda.cuh"
 #include "tandem/error.h"
 
@@ -45,12 +46,6 @@ float* grow(std::unique_ptr<Buffer>& b, Backend& be, int64_t floats) {
   const size_t bytes = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
   if (!b || b->bytes() < bytes) b = be.alloc(bytes);
   return static_cast<float*>(b->data());
-}
-
-void check_activation(const Tensor& t, const char* what, int n, int hidden) {
-  check(t.dtype == DType::F32, "mamba2 forward: ", what, " must be f32, found ", dtype_name(t.dtype));
-  check(t.rows == n && t.cols == hidden, "mamba2 forward: ", what, " is [", t.rows, ", ", t.cols, "], expected [", n,
-        ", ", hidden, "]");
 }
 
 const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
@@ -164,12 +159,8 @@ Mamba2CudaState& Mamba2CudaMixer::state_of(LayerState& state, const char* what) 
 
 void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
   Mamba2CudaState& st = state_of(state, "forward");
+  check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
-  check(n >= 0, "mamba2 forward: info.n must be >= 0, found ", n);
-  check_activation(x, "input x", n, hidden_);
-  check_activation(out, "output", n, hidden_);
-  check(info.pos0 == st.pos_, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", st.pos_,
-        " committed tokens");
   const bool verify = info.mode == ForwardMode::Verify;
   st.pending_ = false;  // a forward without commit is dropped by the next one
 
