@@ -10,36 +10,17 @@
 #include <cstdint>
 #include <cstring>
 
+#include "device_bits.cuh"
+
 namespace tandem::exl3::kcuda {
 
 #define TANDEM_EXL3_HD __host__ __device__ __forceinline__
 
 enum : int { kCb3Inst = 0, kCbMcg = 1, kCbMul1 = 2 };  // trellis.h's Codebook values
 
-TANDEM_EXL3_HD uint32_t funnel_l(uint32_t lo, uint32_t hi, uint32_t shift) {  // high word of (hi:lo) << shift
-#ifdef __CUDA_ARCH__
-  return __funnelshift_l(lo, hi, shift);
-#else
-  return uint32_t(((uint64_t(hi) << 32 | lo) << (shift & 31)) >> 32);
-#endif
-}
-TANDEM_EXL3_HD uint32_t funnel_r(uint32_t lo, uint32_t hi, uint32_t shift) {  // low word of (hi:lo) >> shift
-#ifdef __CUDA_ARCH__
-  return __funnelshift_r(lo, hi, shift);
-#else
-  return uint32_t((uint64_t(hi) << 32 | lo) >> (shift & 31));
-#endif
-}
-TANDEM_EXL3_HD uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
-#ifdef __CUDA_ARCH__
-  return __byte_perm(x, y, s);
-#else
-  const uint64_t v = uint64_t(y) << 32 | x;
-  uint32_t r = 0;
-  for (int n = 0; n < 4; ++n) r |= uint32_t((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
-  return r;
-#endif
-}
+using cuda::funnel_l;
+using cuda::funnel_r;
+using cuda::prmt;
 // c + the sum of x's four unsigned bytes.
 TANDEM_EXL3_HD uint32_t byte_sum(uint32_t x, uint32_t c) {
 #ifdef __CUDA_ARCH__

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "cuda_util.cuh"
+#include "device_bits.cuh"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
 
@@ -35,23 +36,8 @@ namespace tandem::gguf::kcuda {
 // a CPU-only test (tests/formats/gguf/cuda/test_decode_host.cu) checks every decoder bit for bit.
 #define TANDEM_HD __host__ __device__ __forceinline__
 
-TANDEM_HD uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
-#ifdef __CUDA_ARCH__
-  return __byte_perm(x, y, s);
-#else
-  const uint64_t v = uint64_t(y) << 32 | x;
-  uint32_t r = 0;
-  for (int n = 0; n < 4; ++n) r |= uint32_t((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
-  return r;
-#endif
-}
-TANDEM_HD uint32_t funnel_r(uint32_t lo, uint32_t hi, uint32_t shift) {
-#ifdef __CUDA_ARCH__
-  return __funnelshift_r(lo, hi, shift);
-#else
-  return uint32_t((uint64_t(hi) << 32 | lo) >> (shift & 31));
-#endif
-}
+using cuda::funnel_r;
+using cuda::prmt;
 TANDEM_HD uint32_t popc(uint32_t v) {
 #ifdef __CUDA_ARCH__
   return __popc(v);
