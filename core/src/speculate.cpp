@@ -82,7 +82,10 @@ void Drafting::Impl::start(const DraftOptions& o) {
     spdlog::info("verify cost T_v(1) = {:.3f} ms; T_v(m)/T_v(1):{}", costs[0] * 1e3, t);
   }
   staircut = std::make_unique<StairCut>(buckets, VerifyCosts(costs), o.staircut);
-  for (const auto& s : slots) total.drafters.push_back({s.name});
+  for (const auto& s : slots) {
+    total.drafters.emplace_back();
+    total.drafters.back().name = s.name;
+  }
 }
 
 Drafting::Drafting(Model& model, PluginRegistry& registry, const DraftOptions& o) : impl_(std::make_unique<Impl>(model)) {
@@ -328,7 +331,10 @@ void DraftMetrics::add(const DraftMetrics& o) {
   sum(tried_at, o.tried_at), sum(accepted_at, o.accepted_at), sum(k_histogram, o.k_histogram);
   for (const auto& d : o.drafters) {
     auto it = std::find_if(drafters.begin(), drafters.end(), [&](const PerDrafter& x) { return x.name == d.name; });
-    if (it == drafters.end()) it = drafters.insert(drafters.end(), PerDrafter{d.name});
+    if (it == drafters.end()) {
+      it = drafters.insert(drafters.end(), PerDrafter());
+      it->name = d.name;
+    }
     it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
     it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
     sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
