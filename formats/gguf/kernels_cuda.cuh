@@ -599,13 +599,3 @@ void rows_impl(const CudaRowsArgs& a, cudaStream_t s) {
 }
 
 }  // namespace tandem::gguf::kcuda
-
-// One type's launchers, in a generated file per type: CudaQuantOps for decoder kcuda::Dec##T.
-#define TANDEM_GGUF_CUDA_INSTANCE(T)                                                              \
-  namespace tandem::gguf {                                                                        \
-  const CudaQuantOps& cuda_ops_##T() {                                                            \
-    static const CudaQuantOps ops = {#T, kcuda::matmul_impl<kcuda::Dec##T>,                       \
-                                     kcuda::gather_impl<kcuda::Dec##T>, kcuda::rows_impl<kcuda::Dec##T>}; \
-    return ops;                                                                                   \
-  }                                                                                               \
-  }

@@ -392,7 +392,6 @@ void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
 
 // One type's launchers, in a generated file per type (formats/gguf/CMakeLists.txt): CudaQuantOps for
 // decoder kcuda::Dec##T, matmul through matmul_entry.
-#undef TANDEM_GGUF_CUDA_INSTANCE
 #define TANDEM_GGUF_CUDA_INSTANCE(T)                                                              \
   namespace tandem::gguf {                                                                        \
   const CudaQuantOps& cuda_ops_##T() {                                                            \
