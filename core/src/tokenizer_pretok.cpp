@@ -240,6 +240,11 @@ const ByteMap& ByteMap::get() {
   return m;
 }
 
+const std::string& byte_level_symbol(int b) {
+  check(b >= 0 && b < 256, "byte_level_symbol: ", b, " is not a byte");
+  return ByteMap::get().to_char[size_t(b)];
+}
+
 PreTokenizer::PreTokenizer() = default;
 PreTokenizer::~PreTokenizer() = default;
 

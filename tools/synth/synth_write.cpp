@@ -12,6 +12,7 @@
 #include "synth_data.h"
 #include "synth_model.h"
 #include "tandem/error.h"
+#include "tandem/tokenizer.h"
 
 namespace tandem::synth {
 namespace {
@@ -63,21 +64,6 @@ void write_tensor(const Plan& plan, size_t i, uint64_t seed, File& f, std::vecto
     done += buf.size();
     if (progress) progress(done, plan.totals.bytes);
   }
-}
-
-// GPT-2's byte-level alphabet: byte b as the character byte-level BPE vocabularies use for it.
-std::string byte_token(int b) {
-  auto printable = [](int c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
-  int cp = b;
-  if (!printable(b)) {
-    int n = 0;
-    for (int c = 0; c < b; ++c) n += !printable(c);
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else if (cp < 0x800) s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
-  return s;
 }
 
 std::vector<int32_t> per_layer(const ModelDesc& d, int (*f)(const LayerDesc&)) {
@@ -158,7 +144,7 @@ gguf::Metadata gguf_metadata(const Plan& plan, const std::string& name) {
       tokens.push_back(i < 3 ? named[i] : i == 10 ? "<|im_start|>" : i == 11 ? "<|im_end|>" : special);
       types.push_back(i == 0 ? 2 : 3);  // UNKNOWN, CONTROL
     } else if (i < kSpecialTokens + 256) {
-      tokens.push_back(byte_token(i - kSpecialTokens));
+      tokens.push_back(byte_level_symbol(i - kSpecialTokens));
       types.push_back(1);  // NORMAL
     } else {
       tokens.push_back(std::to_string(i));

@@ -85,4 +85,7 @@ class TANDEM_API StreamDecoder {
 // `bytes` as valid UTF-8: each maximal invalid subpart becomes U+FFFD (as Python and Rust do).
 TANDEM_API std::string utf8_lossy(std::string_view bytes);
 
+// Byte b (0..255) as the character byte-level BPE vocabularies use for it (GPT-2's alphabet), UTF-8.
+TANDEM_API const std::string& byte_level_symbol(int b);
+
 }  // namespace tandem
