@@ -138,6 +138,20 @@ std::unique_ptr<Buffer> upload_floats(Backend& be, const std::vector<float>& v) 
   return b;
 }
 
+// The kernels' view of one tensor's (or one stacked set's) device buffers; bias may be null.
+kcuda::DeviceWeights device_weights_of(const Layout& l, Buffer& trellis, Buffer& suh, Buffer& svh, Buffer* bias,
+                                       int n_experts) {
+  kcuda::DeviceWeights w;
+  w.trellis = static_cast<const uint32_t*>(trellis.data());
+  w.K = l.K, w.cb = int(l.codebook);
+  w.k = l.k, w.n = l.n, w.in_features = l.in_features, w.out_features = l.out_features;
+  w.suh = static_cast<const float*>(suh.data());
+  w.svh = static_cast<const float*>(svh.data());
+  w.bias = bias ? static_cast<const float*>(bias->data()) : nullptr;
+  w.n_experts = n_experts;
+  return w;
+}
+
 // Downloads the trellis from the device and reconstructs W (out_features × in_features).
 std::vector<float> reconstruct_from_device(const Layout& shape, const void* dev_trellis) {
   std::vector<uint16_t> words(shape.trellis_bytes() / 2);
@@ -211,14 +225,7 @@ class Exl3CudaTensor final : public QuantizedTensor {
 
  private:
   kcuda::DeviceWeights device_weights() const {
-    kcuda::DeviceWeights w;
-    w.trellis = static_cast<const uint32_t*>(trellis_->data());
-    w.K = l_.K, w.cb = int(l_.codebook);
-    w.k = l_.k, w.n = l_.n, w.in_features = l_.in_features, w.out_features = l_.out_features;
-    w.suh = static_cast<const float*>(suh_->data());
-    w.svh = static_cast<const float*>(svh_->data());
-    w.bias = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
-    return w;
+    return device_weights_of(l_, *trellis_, *suh_, *svh_, bias_.get(), 1);
   }
 
   Layout l_;
@@ -303,15 +310,7 @@ class Exl3CudaExperts final : public ExpertSet {
 
  private:
   kcuda::DeviceWeights device_weights() const {
-    kcuda::DeviceWeights w;
-    w.trellis = static_cast<const uint32_t*>(trellis_->data());
-    w.K = first_.K, w.cb = int(first_.codebook);
-    w.k = first_.k, w.n = first_.n, w.in_features = first_.in_features, w.out_features = first_.out_features;
-    w.suh = static_cast<const float*>(suh_->data());
-    w.svh = static_cast<const float*>(svh_->data());
-    w.bias = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
-    w.n_experts = n_;
-    return w;
+    return device_weights_of(first_, *trellis_, *suh_, *svh_, bias_.get(), n_);
   }
 
   int n_ = 0;
