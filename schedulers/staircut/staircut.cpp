@@ -53,9 +53,32 @@ const AcceptanceStats::Cell& AcceptanceStats::cell(int d, int bucket, int j) con
   return cells_[size_t(d)][size_t(bucket) * size_t(max_k_) + size_t(j - 1)];
 }
 
+// Shrinkage (empirical Bayes) instead of a flat Beta(1, 1) per cell: a cell's observations are
+// weighed against a prior of strength kPriorWeight whose mean is what the drafter already showed.
+// Position 1's prior mean is the drafter's position-1 record in its other buckets (Beta(1, 1) over
+// them: 0.5 when there is none); position j's is this bucket's estimate at j − 1. With flat priors
+// every position a drafter had not yet been scored at counted as a coin flip, so a drafter right
+// 100 % of the time at the positions it had been verified at looked poor for any longer chain, and a
+// new feature bucket (a copy-run bin reached for the first time) started from scratch: on the H200
+// the oracle drafter stayed at k = 3 for a whole 256-token run where k = 15 was 1.3x faster.
+double AcceptanceStats::prior_mean_first(int d, int bucket) const {
+  double a = 1, b = 1;
+  for (int o = 0; o < buckets_[size_t(d)]; ++o)
+    if (o != bucket) {
+      const Cell& c = cell(d, o, 1);
+      a += c.a - 1, b += c.b - 1;
+    }
+  return a / (a + b);
+}
+
+double AcceptanceStats::shrunk(const Cell& c, double mean) {
+  return (c.a - 1 + kPriorWeight * mean) / (c.a - 1 + c.b - 1 + kPriorWeight);
+}
+
 double AcceptanceStats::p(int d, int bucket, int j) const {
-  const Cell& c = cell(d, bucket, j);
-  return c.a / (c.a + c.b);
+  double e = shrunk(cell(d, bucket, 1), prior_mean_first(d, bucket));
+  for (int i = 2; i <= j; ++i) e = shrunk(cell(d, bucket, i), e);
+  return e;
 }
 
 void AcceptanceStats::record(int d, int bucket, int j, bool accepted) {
@@ -75,8 +98,11 @@ void AcceptanceStats::set(int d, int bucket, int j, double accepted, double reje
 }
 
 double AcceptanceStats::expected_tokens(int d, int bucket, int k) const {
-  double e = 1, run = 1;
-  for (int j = 1; j <= k; ++j) e += run *= p(d, bucket, j);
+  double e = 1, run = 1, pj = 0;
+  for (int j = 1; j <= k; ++j) {
+    pj = shrunk(cell(d, bucket, j), j == 1 ? prior_mean_first(d, bucket) : pj);
+    e += run *= pj;
+  }
   return e;
 }
 

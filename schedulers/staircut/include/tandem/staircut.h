@@ -41,7 +41,8 @@ class VerifyCosts {
   std::vector<double> t_;
 };
 
-// Beta(1, 1)-prior acceptance counts per (drafter, bucket, position j = 1..max_k):
+// Acceptance counts per (drafter, bucket, position j = 1..max_k), each shrunk towards a prior mean
+// (position 1: the drafter's other buckets; position j: this bucket's estimate at j − 1):
 // p(j) = P(draft j accepted | drafts 1..j−1 accepted).
 class AcceptanceStats {
  public:
@@ -57,8 +58,11 @@ class AcceptanceStats {
 
  private:
   struct Cell {
-    double a = 1, b = 1;
+    double a = 1, b = 1;  // 1 + accepted, 1 + rejected (halved alike)
   };
+  static constexpr double kPriorWeight = 2;  // the prior counts as this many trials
+  static double shrunk(const Cell& c, double mean);
+  double prior_mean_first(int drafter, int bucket) const;
   Cell& cell(int drafter, int bucket, int j);
   const Cell& cell(int drafter, int bucket, int j) const;
   std::vector<std::vector<Cell>> cells_;  // [drafter][bucket · max_k + j − 1]
