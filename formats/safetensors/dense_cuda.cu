@@ -104,27 +104,56 @@ __device__ __forceinline__ void lane_dots_fast(const typename WElem<T>::type* wr
 }
 __host__ __device__ inline bool fast_dots(bool wvec, bool xvec, int64_t k) { return wvec && xvec && k % (kUnroll * kStep) == 0; }
 
+// One output row per `sk` warps: warp (row, slice) sums the slice's k / sk elements in lane_dots'
+// order; the slices are added in slice order through shared memory. sk comes from the weight's shape
+// alone (gemv_splits), so a row's bits do not depend on n. Splitting keeps a small-m GEMV (the F32
+// router: 240–496 rows) from running on a few warps per SM: 8 rows of it took 53 µs unsplit.
 template <WType T, int NR>
 __global__ void gemv_kernel(const typename WElem<T>::type* w, int64_t m, int64_t k, bool wvec, const float* x, int nr,
-                            bool xvec, bool fast, float* y) {
-  const int64_t o = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (o >= m) return;  // a whole warp leaves together
+                            bool xvec, bool fast, int sk, float* y) {
+  __shared__ float part[kWarps][NR];
+  const int wi = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), slice = wi % sk;
+  const int64_t o = int64_t(blockIdx.x) * (kWarps / sk) + wi / sk;
+  const int64_t ks = k / sk, k0 = int64_t(slice) * ks;
+  if (sk == 1 && o >= m) return;  // a whole warp leaves together (no barrier below when unsplit)
   float acc[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
-  if (fast) {
-    lane_dots_fast<T, NR, true>(w + o * k, k, x, k, nr, acc);
+  if (o >= m) {
+    cuda::pdl_wait();
+    cuda::pdl_trigger();
+  } else if (fast) {
+    lane_dots_fast<T, NR, true>(w + o * k + k0, ks, x + k0, k, nr, acc);
   } else {
     cuda::pdl_wait();
     cuda::pdl_trigger();
-    lane_dots<T, NR>(w + o * k, k, wvec, x, k, nr, xvec, acc);
+    lane_dots<T, NR>(w + o * k + k0, ks, wvec, x + k0, k, nr, xvec, acc);
   }
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
     if (r >= nr) break;
-    const float s = cuda::warp_sum(acc[r]);
-    if ((threadIdx.x & 31) == 0) y[r * m + o] = s;
+    const float v = cuda::warp_sum(acc[r]);
+    if (sk == 1) {
+      if (lane == 0) y[r * m + o] = v;
+    } else if (lane == 0) {
+      part[wi][r] = v;
+    }
   }
+  if (sk == 1) return;
+  __syncthreads();
+  if (slice == 0 && o < m && lane < nr) {
+    float v = part[wi][lane];
+    for (int j = 1; j < sk; ++j) v += part[wi + j][lane];
+    y[int64_t(lane) * m + o] = v;
+  }
+}
+
+// Warps per output row: split k while the GEMV has few rows, each slice a whole number of the fast
+// path's 1024-element steps (every model width), at most the block's 8 warps.
+int gemv_splits(int64_t m, int64_t k) {
+  int sk = 1;
+  while (sk < kWarps && k % (int64_t(2 * sk) * kUnroll * kStep) == 0 && m * sk < 4096) sk *= 2;
+  return sk;
 }
 
 template <WType T>
@@ -219,11 +248,13 @@ void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t 
     gemm_kernel<T><<<grid, kGemmThreads, 0, s>>>(w, m, k, x, n, y);
     return check_launch("dense matmul (tiled)");
   }
-  const unsigned blocks = unsigned(ceil_div(m, kWarps));
-  const bool wv = w_vec(T, wp, k), xv = x_vec(x, k), fast = fast_dots(wv, xv, k);
+  const int sk = gemv_splits(m, k);
+  const unsigned blocks = unsigned(ceil_div(m, int64_t(kWarps / sk)));
+  const bool wv = w_vec(T, wp, k), xv = x_vec(x, k), fast = fast_dots(wv, xv, k / sk);
   const int nr = int(n);
   auto go = [&](auto kernel) {
-    cuda::launch(kernel, dim3(blocks), dim3(kWarps * 32), 0, s, "dense matmul (gemv)", w, m, k, wv, x, nr, xv, fast, y);
+    cuda::launch(kernel, dim3(blocks), dim3(kWarps * 32), 0, s, "dense matmul (gemv)", w, m, k, wv, x, nr, xv, fast, sk,
+                 y);
   };
   if (n == 1) go(gemv_kernel<T, 1>);
   else if (n <= 4) go(gemv_kernel<T, 4>);

@@ -79,7 +79,8 @@ class DenseCuda : public ::testing::Test {
 struct Shape {
   int64_t m, k;
 };
-const Shape kShapes[] = {{96, 256}, {70, 101}, {33, 1000}, {130, 64}};
+// The last two split k over 4 and 8 warps per row (gemv_splits: few rows, k a multiple of 2048).
+const Shape kShapes[] = {{96, 256}, {70, 101}, {33, 1000}, {130, 64}, {37, 4096}, {21, 8192}};
 
 TEST_F(DenseCuda, MatmulMatchesCpuForOneToSixteenAndFortyRows) {
   const double tol = 1e-5;
