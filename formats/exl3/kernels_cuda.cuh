@@ -117,7 +117,6 @@ struct GemvArgs {
   const float* bias = nullptr;  // [E][out_features] or null
   int64_t out_features = 0;
   float* y = nullptr;           // [rows][out_features]
-  bool early_trigger = false;   // experiment (TANDEM_EXL3_PDL_EARLY=1): let the next kernel launch at entry
 };
 
 // Ŵ tiles to fp16, row-major [k][cols] for the strips [strip0, strip0 + cols/16).
@@ -165,7 +164,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
     }
     w += int64_t(e) * a.expert_words;
   }
-  if (a.early_trigger) cuda::pdl_trigger();
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
   const int g_load = lane / kPer, piece = lane % kPer;

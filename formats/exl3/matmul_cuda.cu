@@ -4,7 +4,6 @@
 #include "formats/exl3/matmul_cuda.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda_util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
@@ -137,21 +136,15 @@ __global__ void __launch_bounds__(256) gemm_kernel(const float* xh, const __half
 
 void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
                  cudaStream_t s) {
-  static const bool early = [] {
-    const char* e = std::getenv("TANDEM_EXL3_PDL_EARLY");
-    return e && e[0] == '1';
-  }();
-  GemvArgs b = a;
-  b.early_trigger = early;
   switch (K) {
-    case 1: launch_gemv_k<1>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 2: launch_gemv_k<2>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 3: launch_gemv_k<3>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 4: launch_gemv_k<4>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 5: launch_gemv_k<5>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 6: launch_gemv_k<6>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 7: launch_gemv_k<7>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 8: launch_gemv_k<8>(b, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 1: launch_gemv_k<1>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 2: launch_gemv_k<2>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 3: launch_gemv_k<3>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 4: launch_gemv_k<4>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 5: launch_gemv_k<5>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 6: launch_gemv_k<6>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 7: launch_gemv_k<7>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 8: launch_gemv_k<8>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
     default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
   }
   check_launch("exl3 gemv");

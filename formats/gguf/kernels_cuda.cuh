@@ -382,29 +382,45 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   // row group (blockIdx.x + j·gridDim.x) and chunk c; a warp requests element t + S − 1 while it
   // works on t, across row groups too, so a matrix with one chunk per row (k ≤ 1024, the routed
   // experts' up projections) keeps S − 1 round trips in flight instead of one per row group.
-  auto issue = [&](const uint8_t* w, int64_t t, int slot) {
-    const int64_t rg = int64_t(blockIdx.x) + (t / nch) * gridDim.x;
-    const int c = int(t % nch);
-    const int64_t o = (rg * kWarps + warp) * R;
-    if (o >= p.m) return;  // this warp has no rows in that row group
-    const int64_t b0 = int64_t(c) * CB;
-    const int len = int(min(CB, row_bytes - b0));
+  // The next element to request: row group irg, chunk ic, and the rows' addresses there (none when
+  // the warp has no rows in it). Advanced by one per request; no division in the loop.
+  int64_t irg = 0;
+  int ic = 0;
+  bool irows_live = false;
+  const uint8_t* irows[R];
+  auto seek_rows = [&](const uint8_t* w) {
+    const int64_t o = (irg * kWarps + warp) * R;
+    irows_live = o < p.m;
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* r = rows_at(w, o, i);
-      const int mis = misalign_of(r, c);
-      const uint8_t* lo = r + b0 - mis;
-      const int pieces = (mis + len + 15) >> 4;
-      unsigned char* dst = ring + (slot * R + i) * SB;
-      for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
+    for (int i = 0; i < R; ++i) irows[i] = rows_at(w, o, i);
+  };
+  auto issue_next = [&](const uint8_t* w, int slot) {
+    if (irows_live) {
+      const int64_t b0 = int64_t(ic) * CB;
+      const int len = int(min(CB, row_bytes - b0));
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int mis = misalign_of(irows[i], ic);
+        const uint8_t* lo = irows[i] + b0 - mis;
+        const int pieces = (mis + len + 15) >> 4;
+        unsigned char* dst = ring + (slot * R + i) * SB;
+        for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
+      }
+    }
+    if (++ic == nch) {
+      ic = 0;
+      irg += gridDim.x;
+      seek_rows(w);
     }
   };
   const int64_t nrg_b = int64_t(blockIdx.x) < n_rg ? (n_rg - 1 - int64_t(blockIdx.x)) / gridDim.x + 1 : 0;
   const int64_t total = nrg_b * nch;  // stream elements per item
   auto prologue = [&](const uint8_t* w) {
+    irg = blockIdx.x, ic = 0;
+    seek_rows(w);
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-      if (s < total) issue(w, s, s);
+      if (s < total) issue_next(w, s);
       cp_async_commit();
     }
   };
@@ -482,7 +498,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
         load_xs(x, nr, xbeg, min(xc, p.k - xbeg));
       }
       const int ci = cx++;
-      if (t + S - 1 < total) issue(w, t + S - 1, refill);
+      if (t + S - 1 < total) issue_next(w, refill);
       cp_async_commit();
       cp_async_wait<S - 1>();
       __syncwarp();
