@@ -261,16 +261,15 @@ __host__ __device__ constexpr int stage_bytes() {
   return int((chunk_bytes<Q>() + 32 + 15) / 16 * 16);
 }
 // Rows per warp: at one activation row four weight rows share each activation load; with more rows
-// two keep the accumulators in registers. Stages: up to four keep more bytes in flight, fewer for
-// wide blocks to bound shared memory.
+// two keep the accumulators in registers. Stages: three keep more bytes in flight, two for wide
+// blocks to bound shared memory.
 template <class Q, int NR>
 __host__ __device__ constexpr int rows_per_warp() {
   return NR == 1 ? 4 : 2;
 }
 template <class Q, int NR>
 __host__ __device__ constexpr int stages() {
-  constexpr int per = kWarps * rows_per_warp<Q, NR>() * stage_bytes<Q>();
-  return 4 * per <= 64 * 1024 ? 4 : 3 * per <= 64 * 1024 ? 3 : 2;
+  return kWarps * 3 * rows_per_warp<Q, NR>() * stage_bytes<Q>() <= 64 * 1024 ? 3 : 2;
 }
 inline int64_t x_chunk(int nr_max, int64_t k) {
   const int64_t cap = kXFloats / nr_max;
@@ -342,10 +341,10 @@ __device__ __forceinline__ void half_dot(const typename Q::Unit (&un)[R], const 
 // (striding by gridDim.y) an item: a slab of up to NR activation rows (matmul) or one gathered row
 // (ids non-null, NR = 1). A block takes each of its items through all of its row groups, so the
 // lookup tables are filled once per block and, when one activation chunk holds the whole row
-// (xc ≥ k), x is loaded once per item. A warp's rows stream as one sequence of 1024-element chunks
-// through its ring, S − 1 chunks ahead, across the activation chunks (xc elements: a block barrier
-// and a reload of x every xc / 1024 chunks) and across the block's row groups. An item's first
-// chunks are requested before its activations are loaded and, for matmul's first, before the lookup
+// (xc ≥ k), x is loaded once per item. Per row group, a warp's rows stream as one sequence of
+// 1024-element chunks through its ring, S − 1 chunks ahead, across the activation chunks (xc
+// elements: a block barrier and a reload of x every xc / 1024 chunks). A row group's first chunks are
+// requested before its item's activations are loaded and, for matmul's first, before the lookup
 // tables, so their latencies overlap (and, launched programmatically, the previous kernel's tail).
 // Each output is one warp's sum in one order, whatever gridDim.
 template <class Q, int NR>
@@ -370,57 +369,33 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 
   // The warp's rows in the current row group: o0 .. o0 + R − 1 of an expert's (or the) weights w,
   // rows past m repeating the last.
-  int64_t o0 = 0;
+  int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
   const uint8_t* rows[R];
-  auto rows_at = [&](const uint8_t* w, int64_t o, int i) { return w + min(o + i, p.m - 1) * row_bytes; };
+  auto rows_of = [&](const uint8_t* w) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) rows[i] = w + min(o0 + i, p.m - 1) * row_bytes;
+  };
   // Chunk c of row i: CB bytes from rows[i] + c·CB (fewer at the row's end), copied as the aligned
   // 16-byte pieces that cover it; the chunk starts `mis` bytes into its slot.
-  auto misalign_of = [&](const uint8_t* r, int c) {
-    return int((uint32_t(reinterpret_cast<uintptr_t>(r)) + uint32_t(c) * uint32_t(CB)) & 15);
+  auto misalign = [&](int i, int c) {
+    return int((uint32_t(reinterpret_cast<uintptr_t>(rows[i])) + uint32_t(c) * uint32_t(CB)) & 15);
   };
-  // The block's work for one item is a stream of (row group, chunk) pairs, t = j·nch + c for its j-th
-  // row group (blockIdx.x + j·gridDim.x) and chunk c; a warp requests element t + S − 1 while it
-  // works on t, across row groups too, so a matrix with one chunk per row (k ≤ 1024, the routed
-  // experts' up projections) keeps S − 1 round trips in flight instead of one per row group.
-  // The next element to request: row group irg, chunk ic, and the rows' addresses there (none when
-  // the warp has no rows in it). Advanced by one per request; no division in the loop.
-  int64_t irg = 0;
-  int ic = 0;
-  bool irows_live = false;
-  const uint8_t* irows[R];
-  auto seek_rows = [&](const uint8_t* w) {
-    const int64_t o = (irg * kWarps + warp) * R;
-    irows_live = o < p.m;
+  auto issue = [&](int c, int slot) {
+    const int64_t b0 = int64_t(c) * CB;
+    const int len = int(min(CB, row_bytes - b0));
 #pragma unroll
-    for (int i = 0; i < R; ++i) irows[i] = rows_at(w, o, i);
-  };
-  auto issue_next = [&](const uint8_t* w, int slot) {
-    if (irows_live) {
-      const int64_t b0 = int64_t(ic) * CB;
-      const int len = int(min(CB, row_bytes - b0));
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int mis = misalign_of(irows[i], ic);
-        const uint8_t* lo = irows[i] + b0 - mis;
-        const int pieces = (mis + len + 15) >> 4;
-        unsigned char* dst = ring + (slot * R + i) * SB;
-        for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
-      }
-    }
-    if (++ic == nch) {
-      ic = 0;
-      irg += gridDim.x;
-      seek_rows(w);
+    for (int i = 0; i < R; ++i) {
+      const int mis = misalign(i, c);
+      const uint8_t* lo = rows[i] + b0 - mis;
+      const int pieces = (mis + len + 15) >> 4;
+      unsigned char* dst = ring + (slot * R + i) * SB;
+      for (int q = lane; q < pieces; q += 32) cp_async16(dst + 16 * q, lo + 16 * q);
     }
   };
-  const int64_t nrg_b = int64_t(blockIdx.x) < n_rg ? (n_rg - 1 - int64_t(blockIdx.x)) / gridDim.x + 1 : 0;
-  const int64_t total = nrg_b * nch;  // stream elements per item
-  auto prologue = [&](const uint8_t* w) {
-    irg = blockIdx.x, ic = 0;
-    seek_rows(w);
+  auto prologue = [&] {
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-      if (s < total) issue_next(w, s);
+      if (s < nch) issue(s, s);
       cp_async_commit();
     }
   };
@@ -437,7 +412,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
   // expert ids, x and y only after it.
   int64_t item = blockIdx.y;
   bool prefetched = false;
-  if (!p.ids && item < items) prologue(p.w), prefetched = true;
+  if (!p.ids && item < items && o0 < p.m) {
+    rows_of(p.w);
+    prologue(), prefetched = true;
+  }
   const Tables tab = init_tables<Q>(smem, p.grid);
   cuda::pdl_wait();
   cuda::pdl_trigger();  // after the wait: one kernel ahead at most, not a chain of waiting grids
@@ -459,74 +437,74 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
     // leaves the item's rows NaN, and every warp skips its barriers alike.
     const uint8_t* w = p.w;
     float scale = p.scale;
+    bool valid = true;
     if (p.ids) {
       const int32_t e = p.ids[item];
-      if (e < 0 || e >= p.n_experts) {
-        for (int64_t rg = blockIdx.x; rg < n_rg; rg += gridDim.x) {
-          o0 = (rg * kWarps + warp) * R;
-          if (lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
-        }
+      valid = e >= 0 && e < p.n_experts;
+      if (valid) {
+        w += int64_t(e) * p.expert_bytes;
+        if (p.expert_scale) scale = p.expert_scale[e];
+      }
+    }
+    bool x_loaded = false;
+    for (int64_t rg = blockIdx.x; rg < n_rg; rg += gridDim.x) {
+      o0 = (rg * kWarps + warp) * R;
+      const bool active = o0 < p.m;
+      if (!valid) {
+        if (active && lane < R && o0 + lane < p.m) y[o0 + lane] = __int_as_float(0x7fc00000);
         continue;
       }
-      w += int64_t(e) * p.expert_bytes;
-      if (p.expert_scale) scale = p.expert_scale[e];
-    }
-    if (!prefetched) prologue(w);
-    prefetched = false;
-    if (whole_x) load_xs(x, nr, 0, min(xc, p.k));
+      if (!prefetched && active) {
+        rows_of(w);
+        prologue();
+      }
+      prefetched = false;
+      if (whole_x && !x_loaded) {
+        load_xs(x, nr, 0, min(xc, p.k));
+        x_loaded = true;
+      }
+      float acc[NR][R];
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
 
-    float acc[NR][R];
-    bool active = false;
-    int slot = 0, refill = S - 1;  // the slots of elements t and t + S − 1
-    int c = 0, cx = 0;             // chunk c of the row group; its index within the activation chunk
-    int64_t rg = blockIdx.x;
-    for (int64_t t = 0; t < total; ++t) {
-      if (c == 0) {  // a new row group
-        o0 = (rg * kWarps + warp) * R;
-        active = o0 < p.m;
+      int slot = 0, refill = S - 1;  // the slots of chunks c and c + S − 1
+      int cx = whole_x ? 0 : cpx;    // chunk c's index within its activation chunk (no division in the loop)
+      for (int c = 0; c < nch; ++c) {
+        if (cx == cpx) {
+          cx = 0;
+          const int64_t xbeg = int64_t(c) * kChunkElems;
+          load_xs(x, nr, xbeg, min(xc, p.k - xbeg));
+        }
+        const int ci = cx++;
+        if (!active) continue;
+        if (c + S - 1 < nch) issue(c + S - 1, refill);
+        cp_async_commit();
+        cp_async_wait<S - 1>();
+        __syncwarp();
+        const int u = c * 32 + lane;
+        if (u < units) {
+          typename Q::Unit un[R];
 #pragma unroll
-        for (int i = 0; i < R; ++i) rows[i] = rows_at(w, o0, i);
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-#pragma unroll
-          for (int i = 0; i < R; ++i) acc[r][i] = 0.0f;
-        cx = whole_x ? 0 : cpx;
+          for (int i = 0; i < R; ++i)
+            un[i] = Q::load(ring + (slot * R + i) * SB + misalign(i, c) + (lane / UPB) * Q::kBytes, lane % UPB);
+          const float* xu = xs + (ci * 32 + lane) * kUnitStride;
+          half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
+          half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
+        }
+        __syncwarp();  // the slot is refilled next iteration (or by the next row group's prologue)
+        slot = slot + 1 == S ? 0 : slot + 1;
+        refill = refill + 1 == S ? 0 : refill + 1;
       }
-      if (cx == cpx) {  // (uniform across the block: every warp walks the same t)
-        cx = 0;
-        const int64_t xbeg = int64_t(c) * kChunkElems;
-        load_xs(x, nr, xbeg, min(xc, p.k - xbeg));
-      }
-      const int ci = cx++;
-      if (t + S - 1 < total) issue_next(w, refill);
-      cp_async_commit();
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      const int u = c * 32 + lane;
-      if (active && u < units) {
-        typename Q::Unit un[R];
+      if (active) {
 #pragma unroll
-        for (int i = 0; i < R; ++i)
-          un[i] = Q::load(ring + (slot * R + i) * SB + misalign_of(rows[i], c) + (lane / UPB) * Q::kBytes, lane % UPB);
-        const float* xu = xs + (ci * 32 + lane) * kUnitStride;
-        half_dot<Q, NR, R, 0>(un, tab, xu, x_stride, nr, acc);
-        half_dot<Q, NR, R, 1>(un, tab, xu, x_stride, nr, acc);
-      }
-      __syncwarp();  // the slot is refilled next iteration
-      slot = slot + 1 == S ? 0 : slot + 1;
-      refill = refill + 1 == S ? 0 : refill + 1;
-      if (++c == nch) {  // the row group is done
-        c = 0;
-        rg += gridDim.x;
-        if (active) {
+        for (int r = 0; r < NR; ++r) {
+          if (r >= nr) break;
 #pragma unroll
-          for (int r = 0; r < NR; ++r) {
-            if (r >= nr) break;
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-              const float s = cuda::warp_sum(acc[r][i]);
-              if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
-            }
+          for (int i = 0; i < R; ++i) {
+            const float s = cuda::warp_sum(acc[r][i]);
+            if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
           }
         }
       }
