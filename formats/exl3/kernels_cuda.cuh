@@ -299,6 +299,218 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   }
 }
 
+// ---- the tensor-core GEMV (rows ≤ 16) ----
+// Same work split, weight stream and output path as gemv_kernel, but the products run on
+// mma.sync.m16n8k16 (fp16 × fp16 → fp32): a lane's 8 decoded weights are, as the format intends, its
+// two B fragments (n-blocks 0 and 1 of the tile), and all 16 activation rows form the A operand, so
+// one tile costs 4 mma whatever the number of rows (the fp32 kernel: 8 FMAs per row).
+// Activations: each (row, 128-block) of the rotated input is scaled by a power of two that puts its
+// largest magnitude in [2^14, 2^15) and split x' = hi + lo (two fp16, ~22 significant bits); the
+// weights are exact fp16, so every product is exact in fp32. Per tile the tensor cores sum hi·w and
+// lo·w into t; at the end of a 128-block the lane folds t into its accumulators times the block's
+// 2^−e. Nothing depends on the number of rows: an mma output element sees only its own row of A,
+// and a row's scale only its own values.
+// Staging: the block rotates (×suh, FWHT) the input rows of `round_hb` Hadamard blocks at a time
+// into shared memory, per tile, row and lane class q: hi(2q, 2q+1), hi(2q+8, 2q+9), lo(...), lo(...)
+// as 8 halves, so a lane's A fragment for one row is one 16-byte load. The round size bounds shared
+// memory (24 KB of halves) and changes no arithmetic: blocks fold at 128-block ends either way.
+constexpr int kMmaStageHalves = 24 << 10;  // bytes of staged halves per round (static + dynamic ≤ 48 KB)
+__host__ __device__ constexpr int mma_round_hb(int rows_pad) {
+  return kMmaStageHalves / (8 * 64 * rows_pad) < 64 ? kMmaStageHalves / (8 * 64 * rows_pad) : 64;
+}
+__host__ __device__ constexpr size_t mma_stage_bytes(int rows_pad) {
+  return size_t(mma_round_hb(rows_pad)) * 8 * size_t(rows_pad) * 64 + size_t(mma_round_hb(rows_pad)) * kGemvMaxRows * 4;
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int K, int CB, bool Gather>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
+  constexpr int kWords = 8 * K;
+  constexpr int kPer = 2 * K;
+  constexpr int G = 32 / kPer;
+  __shared__ __align__(16) uint32_t smem[kGemvWarps][G * kWords];
+  __shared__ __align__(16) float zs[kGemvMaxRows][kHad];
+  __shared__ int is_last;
+  extern __shared__ __align__(16) unsigned char xstage[];  // [round_hb·8 tiles][rows_pad][4][8 halves] | scales
+  const int round_hb = mma_round_hb(rows_pad);
+  float* xscale = reinterpret_cast<float*>(xstage + size_t(round_hb) * 8 * size_t(rows_pad) * 64);  // [hb][16 rows]
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int j = int(blockIdx.x) * kGemvWarps + warp;
+  const bool active = j < a.strips;
+  const int ib = int(blockIdx.y) * a.tiles_per_split;
+  const int ie = min(ib + a.tiles_per_split, a.tiles_k);
+  const uint32_t* w = a.w;
+  int row0 = 0, e = 0;
+  if (Gather) {
+    cuda::pdl_wait();
+    cuda::pdl_trigger();
+    row0 = int(blockIdx.z);
+    e = a.ids[row0];
+    if (e < 0 || e >= a.n_experts) {  // the row is NaN
+      const int64_t c = int64_t(blockIdx.x) * kHad + threadIdx.x;
+      if (blockIdx.y == 0 && threadIdx.x < kHad && c < a.out_features)
+        a.y[int64_t(row0) * a.out_features + c] = __int_as_float(0x7fffffff);
+      return;
+    }
+    w += int64_t(e) * a.expert_words;
+  }
+  const LaneWords lw = lane_words<K>(lane);
+  uint32_t* sm = smem[warp];
+  const int g_load = lane / kPer, piece = lane % kPer;
+  auto load = [&](int i0) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (active && g_load < G && i0 + g_load < ie)
+      v = __ldcs(reinterpret_cast<const uint4*>(w + (int64_t(i0 + g_load) * a.strips + j) * kWords) + piece);
+    return v;
+  };
+  uint4 buf[kGemvDepth];
+#pragma unroll
+  for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
+  if (!Gather) cuda::pdl_wait(), cuda::pdl_trigger();
+
+  const int nrows = Gather ? 1 : a.rows;
+  const float* su = a.suh + int64_t(e) * a.k;
+  const bool has_g = g < nrows, has_g8 = g + 8 < nrows;
+  float acc[2][4] = {}, t[2][4] = {};
+  int step_start = ib, step_end = ib;  // the tiles now in the warp's slot
+  for (int cs = ib; cs < ie;) {
+    const int hb0 = cs / 8;
+    const int ce = min(ie, (hb0 + round_hb) * 8);
+    const int nhb = (ce - 1) / 8 - hb0 + 1;
+    __syncthreads();  // the previous round's staged input is no longer read
+    for (int task = warp; task < nrows * nhb; task += kGemvWarps) {
+      const int r = task / nhb, hh = task % nhb;
+      const int64_t xr = Gather ? row0 / a.per_x : r;
+      float v[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int64_t i = int64_t(hb0 + hh) * kHad + lane * 4 + m;
+        v[m] = i < a.in_features ? a.x[xr * a.in_features + i] * su[i] : 0.0f;
+      }
+      fwht128(v, lane);
+      float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      // 2^(14 − E') puts the block's largest magnitude in [2^14, 2^15) (E' its unbiased exponent),
+      // clamped so that both factors stay normal; an all-zero block scales harmlessly.
+      const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
+      const float up = __uint_as_float(uint32_t(268 - E) << 23), down = __uint_as_float(uint32_t(E - 14) << 23);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
+        const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
+        const float xv = v[m] * up;
+        const __half hi = __float2half_rn(xv);
+        const __half lo = __float2half_rn(xv - __half2float(hi));
+        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + tt) * rows_pad + r) * 4 + qq) * 16);
+        base[h * 2 + jj] = hi;
+        base[4 + h * 2 + jj] = lo;
+      }
+      if (lane == 0) xscale[hh * kGemvMaxRows + r] = down;
+    }
+    __syncthreads();
+    if (active) {
+      for (int i = cs; i < ce; ++i) {
+        if (i == step_end) {  // the next step's tiles into the slot; one more step requested
+          __syncwarp();
+          if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = buf[0];
+          __syncwarp();
+#pragma unroll
+          for (int d = 0; d + 1 < kGemvDepth; ++d) buf[d] = buf[d + 1];
+          buf[kGemvDepth - 1] = load(step_end + kGemvDepth * G);
+          step_start = step_end;
+          step_end += G;
+        }
+        const uint32_t* tw = sm + (i - step_start) * kWords;
+        uint32_t st[8];
+        lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], lw.off, st);
+        const uint32_t b00 = state_pair_f16<CB>(st[0], st[1]), b01 = state_pair_f16<CB>(st[2], st[3]);
+        const uint32_t b10 = state_pair_f16<CB>(st[4], st[5]), b11 = state_pair_f16<CB>(st[6], st[7]);
+        const unsigned char* xt = xstage + size_t(i - hb0 * 8) * rows_pad * 64;
+        uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+        if (has_g) xa = *reinterpret_cast<const uint4*>(xt + (g * 4 + q) * 16);
+        if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
+        mma16816(t[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
+        mma16816(t[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
+        mma16816(t[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
+        mma16816(t[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
+        if ((i + 1) % 8 == 0 || i + 1 == ie) {  // the 128-block ends: fold it in with its scales
+          const int hh = i / 8 - hb0;
+          const float d0 = has_g ? xscale[hh * kGemvMaxRows + g] : 0.0f;
+          const float d1 = has_g8 ? xscale[hh * kGemvMaxRows + g + 8] : 0.0f;
+#pragma unroll
+          for (int nb = 0; nb < 2; ++nb) {
+            acc[nb][0] = fmaf(t[nb][0], d0, acc[nb][0]), acc[nb][1] = fmaf(t[nb][1], d0, acc[nb][1]);
+            acc[nb][2] = fmaf(t[nb][2], d1, acc[nb][2]), acc[nb][3] = fmaf(t[nb][3], d1, acc[nb][3]);
+            t[nb][0] = t[nb][1] = t[nb][2] = t[nb][3] = 0.0f;
+          }
+        }
+      }
+    }
+    cs = ce;
+  }
+  // Lane (g, q) holds rows g and g + 8, strip columns 8·nb + 2q + {0, 1}.
+  const int S = a.splits;
+  const int cb = warp * 16 + 2 * q;  // column within the block's 128
+  if (S == 1) {
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+      if (has_g) zs[g][cb + 8 * nb] = acc[nb][0], zs[g][cb + 8 * nb + 1] = acc[nb][1];
+      if (has_g8) zs[g + 8][cb + 8 * nb] = acc[nb][2], zs[g + 8][cb + 8 * nb + 1] = acc[nb][3];
+    }
+    __syncthreads();
+  } else {
+    float* out = a.part + int64_t(blockIdx.y) * a.part_rows * a.n + int64_t(blockIdx.x) * kHad + cb;
+    if (active) {
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        const int64_t ra = Gather ? row0 : g, rb = g + 8;
+        if (has_g) out[ra * a.n + 8 * nb] = acc[nb][0], out[ra * a.n + 8 * nb + 1] = acc[nb][1];
+        if (has_g8) out[rb * a.n + 8 * nb] = acc[nb][2], out[rb * a.n + 8 * nb + 1] = acc[nb][3];
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned* c = a.counters + (Gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
+      const unsigned prev = atomicAdd(c, 1u);
+      is_last = prev == unsigned(S - 1);
+      if (is_last) *c = 0;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+  }
+  const int64_t c0 = int64_t(blockIdx.x) * kHad + lane * 4;
+  const float* sv = a.svh + int64_t(e) * a.n;
+  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
+  for (int r = warp; r < nrows; r += kGemvWarps) {
+    const int row = Gather ? row0 : r;
+    float v[4];
+    if (S == 1) {
+      const float4 z = *reinterpret_cast<const float4*>(&zs[r][lane * 4]);
+      v[0] = z.x, v[1] = z.y, v[2] = z.z, v[3] = z.w;
+    } else {
+      const float* pp = a.part + int64_t(row) * a.n + c0;
+      const float4 z0 = __ldcg(reinterpret_cast<const float4*>(pp));
+      v[0] = z0.x, v[1] = z0.y, v[2] = z0.z, v[3] = z0.w;
+      for (int s2 = 1; s2 < S; ++s2) {
+        const float4 z = __ldcg(reinterpret_cast<const float4*>(pp + int64_t(s2) * a.part_rows * a.n));
+        v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
+      }
+    }
+    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
+  }
+}
+
 // One warp per tile: lane t decodes stream positions 8t .. 8t+7 and writes them at their elements.
 template <int K, int CB>
 __global__ void decode_kernel(const DecodeArgs a) {
@@ -330,6 +542,9 @@ __global__ void decode_kernel(const DecodeArgs a) {
 template <int K>
 void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
                    cudaStream_t stream);
+// The tensor-core GEMV (gemv_mma_kernel) for rows_pad (1 for the gather) ≤ 16.
+template <int K>
+void launch_gemv_mma_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream);
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream);
 
@@ -367,6 +582,20 @@ void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fu
   else launch_gemv_kc<K, kCb3Inst>(a, rows_pad, gather, fuse_in, grid, smem, stream);
 }
 
+template <int K, int CB>
+void launch_gemv_mma_kc(const GemvArgs& a, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
+  const size_t smem = mma_stage_bytes(rows_pad);
+  if (gather) cuda::launch(gemv_mma_kernel<K, CB, true>, grid, dim3(kGemvWarps * 32), smem, stream, "exl3 gemv (mma)", a, rows_pad);
+  else cuda::launch(gemv_mma_kernel<K, CB, false>, grid, dim3(kGemvWarps * 32), smem, stream, "exl3 gemv (mma)", a, rows_pad);
+}
+
+template <int K>
+void launch_gemv_mma_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
+  if (cb == kCbMul1) launch_gemv_mma_kc<K, kCbMul1>(a, rows_pad, gather, grid, stream);
+  else if (cb == kCbMcg) launch_gemv_mma_kc<K, kCbMcg>(a, rows_pad, gather, grid, stream);
+  else launch_gemv_mma_kc<K, kCb3Inst>(a, rows_pad, gather, grid, stream);
+}
+
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
   const int warps = a.tiles_k * (a.cols / 16);
@@ -378,10 +607,12 @@ void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
 
 #define TANDEM_EXL3_CUDA_INSTANCE(K)                                                                          \
   template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);          \
+  template void launch_gemv_mma_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                    \
   template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 #define TANDEM_EXL3_CUDA_EXTERN(K)                                                                            \
   extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);   \
+  extern template void launch_gemv_mma_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);             \
   extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 }  // namespace tandem::exl3::kcuda

@@ -4,6 +4,7 @@
 #include "formats/exl3/matmul_cuda.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda_util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
@@ -150,6 +151,31 @@ void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bo
   check_launch("exl3 gemv");
 }
 
+void launch_gemv_mma(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t s) {
+  switch (K) {
+    case 1: launch_gemv_mma_k<1>(a, cb, rows_pad, gather, grid, s); break;
+    case 2: launch_gemv_mma_k<2>(a, cb, rows_pad, gather, grid, s); break;
+    case 3: launch_gemv_mma_k<3>(a, cb, rows_pad, gather, grid, s); break;
+    case 4: launch_gemv_mma_k<4>(a, cb, rows_pad, gather, grid, s); break;
+    case 5: launch_gemv_mma_k<5>(a, cb, rows_pad, gather, grid, s); break;
+    case 6: launch_gemv_mma_k<6>(a, cb, rows_pad, gather, grid, s); break;
+    case 7: launch_gemv_mma_k<7>(a, cb, rows_pad, gather, grid, s); break;
+    case 8: launch_gemv_mma_k<8>(a, cb, rows_pad, gather, grid, s); break;
+    default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
+  }
+  check_launch("exl3 gemv (mma)");
+}
+
+// The tensor-core GEMV serves every matmul of ≤ 16 rows and every gather (one kernel for all n, so
+// a row's bits never depend on n); TANDEM_EXL3_MMA=0 selects the fp32 GEMV instead (same rule).
+bool use_mma() {
+  static const bool on = [] {
+    const char* e = std::getenv("TANDEM_EXL3_MMA");
+    return !(e && e[0] == '0' && e[1] == '\0');
+  }();
+  return on;
+}
+
 void launch_decode(const DecodeArgs& a, int K, int cb, cudaStream_t s) {
   switch (K) {
     case 1: launch_decode_k<1>(a, cb, s); break;
@@ -256,8 +282,9 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
+    const bool mma = use_mma();
     float* xh = nullptr;
-    if (!p.fuse_in) {
+    if (!p.fuse_in && !mma) {
       xh = reinterpret_cast<float*>(ws);
       ws += align256(size_t(pad * w.k) * 4);
       rotate_in(w, x, 1, nullptr, rows, true, xh, stream);
@@ -271,7 +298,8 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     a.part = reinterpret_cast<float*>(ws), a.counters = counters;
     a.rows = int(rows), a.part_rows = int(rows);
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
-    launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
+    if (mma) launch_gemv_mma(a, w.K, w.cb, pad, false, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
+    else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
   const int64_t C = prefill_chunk(w);
@@ -316,6 +344,7 @@ size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
 void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
                           float* y, void* workspace, unsigned* counters, cudaStream_t stream) {
   const GemvPlan p = plan_gemv(w, 1);
+  const bool mma = use_mma();
   // Rounds of whole x rows (a multiple of per_x output rows), so x advances by rows too.
   const int64_t chunk = std::max<int64_t>(per_x, kRowChunk / per_x * per_x);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -325,7 +354,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
     float* xh = nullptr;
-    if (!p.fuse_in) {
+    if (!p.fuse_in && !mma) {
       xh = reinterpret_cast<float*>(ws);
       ws += align256(size_t(rc * w.k) * 4);
       rotate_in(w, x_c, per_x, ids_c, rc, true, xh, stream);
@@ -340,7 +369,8 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     a.part = reinterpret_cast<float*>(ws), a.counters = counters, a.part_rows = int(rc);
     a.ids = ids_c, a.n_experts = w.n_experts;
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y_c;
-    launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
+    if (mma) launch_gemv_mma(a, w.K, w.cb, 1, true, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), stream);
+    else launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
   }
 }
 
