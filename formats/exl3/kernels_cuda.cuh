@@ -332,7 +332,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 template <int K, int CB, bool Gather>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
   constexpr int kWords = 8 * K;
   constexpr int kPer = 2 * K;
   constexpr int G = 32 / kPer;
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(const GemvArg
   const int nrows = Gather ? 1 : a.rows;
   const float* su = a.suh + int64_t(e) * a.k;
   const bool has_g = g < nrows, has_g8 = g + 8 < nrows;
-  float acc[2][4] = {}, t[2][4] = {};
+  float acc[2][4] = {}, t[2][2][2][4] = {};  // t[set][hi, lo][n-block][fragment]
   int step_start = ib, step_end = ib;  // the tiles now in the warp's slot
   for (int cs = ib; cs < ie;) {
     const int hb0 = cs / 8;
@@ -418,7 +418,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(const GemvArg
     }
     __syncthreads();
     if (active) {
-      for (int i = cs; i < ce; ++i) {
+      // A step's tiles are unrolled (their decodes overlap) and alternate between two sets of partial
+      // sums, hi and lo apart: eight independent mma chains instead of one.
+      for (int i = cs; i < ce;) {
         if (i == step_end) {  // the next step's tiles into the slot; one more step requested
           __syncwarp();
           if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = buf[0];
@@ -429,30 +431,41 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(const GemvArg
           step_start = step_end;
           step_end += G;
         }
-        const uint32_t* tw = sm + (i - step_start) * kWords;
-        uint32_t st[8];
-        lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], lw.off, st);
-        const uint32_t b00 = state_pair_f16<CB>(st[0], st[1]), b01 = state_pair_f16<CB>(st[2], st[3]);
-        const uint32_t b10 = state_pair_f16<CB>(st[4], st[5]), b11 = state_pair_f16<CB>(st[6], st[7]);
-        const unsigned char* xt = xstage + size_t(i - hb0 * 8) * rows_pad * 64;
-        uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-        if (has_g) xa = *reinterpret_cast<const uint4*>(xt + (g * 4 + q) * 16);
-        if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
-        mma16816(t[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
-        mma16816(t[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
-        mma16816(t[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
-        mma16816(t[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
-        if ((i + 1) % 8 == 0 || i + 1 == ie) {  // the 128-block ends: fold it in with its scales
-          const int hh = i / 8 - hb0;
-          const float d0 = has_g ? xscale[hh * kGemvMaxRows + g] : 0.0f;
-          const float d1 = has_g8 ? xscale[hh * kGemvMaxRows + g + 8] : 0.0f;
+        const int stop = min(step_end, ce);
 #pragma unroll
-          for (int nb = 0; nb < 2; ++nb) {
-            acc[nb][0] = fmaf(t[nb][0], d0, acc[nb][0]), acc[nb][1] = fmaf(t[nb][1], d0, acc[nb][1]);
-            acc[nb][2] = fmaf(t[nb][2], d1, acc[nb][2]), acc[nb][3] = fmaf(t[nb][3], d1, acc[nb][3]);
-            t[nb][0] = t[nb][1] = t[nb][2] = t[nb][3] = 0.0f;
+        for (int gg = 0; gg < G; ++gg) {
+          const int ii = step_start + gg;
+          if (ii < i || ii >= stop) continue;
+          const uint32_t* tw = sm + gg * kWords;
+          uint32_t st[8];
+          lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], lw.off, st);
+          const uint32_t b00 = state_pair_f16<CB>(st[0], st[1]), b01 = state_pair_f16<CB>(st[2], st[3]);
+          const uint32_t b10 = state_pair_f16<CB>(st[4], st[5]), b11 = state_pair_f16<CB>(st[6], st[7]);
+          const unsigned char* xt = xstage + size_t(ii - hb0 * 8) * rows_pad * 64;
+          uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+          if (has_g) xa = *reinterpret_cast<const uint4*>(xt + (g * 4 + q) * 16);
+          if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
+          float(&th)[2][4] = t[gg & 1][0];
+          float(&tl)[2][4] = t[gg & 1][1];
+          mma16816(th[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
+          mma16816(tl[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
+          mma16816(th[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
+          mma16816(tl[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
+          if ((ii + 1) % 8 == 0 || ii + 1 == ie) {  // the 128-block ends: fold it in with its scales
+            const int hh = ii / 8 - hb0;
+            const float d0 = has_g ? xscale[hh * kGemvMaxRows + g] : 0.0f;
+            const float d1 = has_g8 ? xscale[hh * kGemvMaxRows + g + 8] : 0.0f;
+#pragma unroll
+            for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+              for (int m = 0; m < 4; ++m) {
+                const float v = (t[0][0][nb][m] + t[0][1][nb][m]) + (t[1][0][nb][m] + t[1][1][nb][m]);
+                acc[nb][m] = fmaf(v, m < 2 ? d0 : d1, acc[nb][m]);
+                t[0][0][nb][m] = t[0][1][nb][m] = t[1][0][nb][m] = t[1][1][nb][m] = 0.0f;
+              }
           }
         }
+        i = stop;
       }
     }
     cs = ce;
