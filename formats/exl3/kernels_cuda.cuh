@@ -332,7 +332,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 template <int K, int CB, bool Gather>
-__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
   constexpr int kWords = 8 * K;
   constexpr int kPer = 2 * K;
   constexpr int G = 32 / kPer;
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
   const int nrows = Gather ? 1 : a.rows;
   const float* su = a.suh + int64_t(e) * a.k;
   const bool has_g = g < nrows, has_g8 = g + 8 < nrows;
-  float acc[2][4] = {}, t[2][2][2][4] = {};  // t[set][hi, lo][n-block][fragment]
+  float acc[2][4] = {}, t[2][2][4] = {};  // t[hi, lo][n-block][fragment]: the current 128-block
   int step_start = ib, step_end = ib;  // the tiles now in the warp's slot
   for (int cs = ib; cs < ie;) {
     const int hb0 = cs / 8;
@@ -418,8 +418,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
     }
     __syncthreads();
     if (active) {
-      // A step's tiles are unrolled (their decodes overlap) and alternate between two sets of partial
-      // sums, hi and lo apart: eight independent mma chains instead of one.
+      // A step's tiles are unrolled (their decodes overlap); hi and lo products sum apart.
       for (int i = cs; i < ce;) {
         if (i == step_end) {  // the next step's tiles into the slot; one more step requested
           __syncwarp();
@@ -445,8 +444,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
           uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
           if (has_g) xa = *reinterpret_cast<const uint4*>(xt + (g * 4 + q) * 16);
           if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
-          float(&th)[2][4] = t[gg & 1][0];
-          float(&tl)[2][4] = t[gg & 1][1];
+          float(&th)[2][4] = t[0];
+          float(&tl)[2][4] = t[1];
           mma16816(th[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
           mma16816(tl[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
           mma16816(th[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
@@ -459,9 +458,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
             for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
               for (int m = 0; m < 4; ++m) {
-                const float v = (t[0][0][nb][m] + t[0][1][nb][m]) + (t[1][0][nb][m] + t[1][1][nb][m]);
-                acc[nb][m] = fmaf(v, m < 2 ? d0 : d1, acc[nb][m]);
-                t[0][0][nb][m] = t[0][1][nb][m] = t[1][0][nb][m] = t[1][1][nb][m] = 0.0f;
+                acc[nb][m] = fmaf(t[0][nb][m] + t[1][nb][m], m < 2 ? d0 : d1, acc[nb][m]);
+                t[0][nb][m] = t[1][nb][m] = 0.0f;
               }
           }
         }
