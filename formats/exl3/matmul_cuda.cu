@@ -166,12 +166,15 @@ void launch_gemv_mma(const GemvArgs& a, int K, int cb, int rows_pad, bool gather
   check_launch("exl3 gemv (mma)");
 }
 
-// The tensor-core GEMV serves every matmul of ≤ 16 rows and every gather (one kernel for all n, so
-// a row's bits never depend on n); TANDEM_EXL3_MMA=0 selects the fp32 GEMV instead (same rule).
+// TANDEM_EXL3_MMA=1: the tensor-core GEMV serves every matmul of ≤ 16 rows and every gather (one
+// kernel for all n, so a row's bits never depend on n). Opt-in: on the H200 it verifies 16 rows for
+// 3.2 decode steps (fp32 GEMV: 4.0) but one row takes 2.0x as long (Bolt in_proj 70 vs 35 µs,
+// 2026-11-30; the cause is not found: neither registers nor unrolling changed it), so plain decoding
+// loses more than drafting gains.
 bool use_mma() {
   static const bool on = [] {
     const char* e = std::getenv("TANDEM_EXL3_MMA");
-    return !(e && e[0] == '0' && e[1] == '\0');
+    return e && e[0] == '1' && e[1] == '\0';
   }();
   return on;
 }
