@@ -127,6 +127,88 @@ struct DecodeArgs {
   __half* out = nullptr;
 };
 
+// ---- pieces both GEMVs share ----
+
+// Gather: the block's output row and expert (after pdl_wait: ids are written by the previous
+// kernel); false, with the row written NaN, when the id is out of range.
+__device__ __forceinline__ bool gather_expert(const GemvArgs& a, int& row0, int& e) {
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  row0 = int(blockIdx.z);
+  e = a.ids[row0];
+  if (e >= 0 && e < a.n_experts) return true;
+  const int64_t c = int64_t(blockIdx.x) * kHad + threadIdx.x;
+  if (blockIdx.y == 0 && threadIdx.x < kHad && c < a.out_features)
+    a.y[int64_t(row0) * a.out_features + c] = __int_as_float(0x7fffffff);
+  return false;
+}
+
+// A warp's weight stream over strip j: the G tiles of the step starting at tile i0, one 16-byte piece
+// per lane (zeros past the split's end ie); streaming loads, the words are read once.
+template <int K>
+struct TileLoads {
+  static constexpr int kWords = 8 * K, kPer = 2 * K, G = 32 / kPer;
+  const uint32_t* w;
+  int strips, j, ie;
+  bool active;
+  int g_load, piece;
+  __device__ TileLoads(const uint32_t* w_, int strips_, int j_, int ie_, bool active_, int lane)
+      : w(w_), strips(strips_), j(j_), ie(ie_), active(active_), g_load(lane / kPer), piece(lane % kPer) {}
+  __device__ uint4 operator()(int i0) const {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (active && g_load < G && i0 + g_load < ie)
+      v = __ldcs(reinterpret_cast<const uint4*>(w + (int64_t(i0 + g_load) * strips + j) * kWords) + piece);
+    return v;
+  }
+  // The step's pieces into the warp's slot.
+  __device__ void store(uint32_t* sm, const uint4& v) const {
+    if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = v;
+  }
+};
+
+// After the block wrote its split's partials: true for the last block of the column block to arrive
+// (which then finishes it), false for the others; the counter is reset for the next call.
+__device__ __forceinline__ bool last_split(const GemvArgs& a, int row0, bool gather, int& is_last) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* c = a.counters + (gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
+    const unsigned prev = atomicAdd(c, 1u);
+    is_last = prev == unsigned(a.splits - 1);
+    if (is_last) *c = 0;  // every split has arrived: ready for the next call
+  }
+  __syncthreads();
+  if (!is_last) return false;
+  __threadfence();
+  return true;
+}
+
+// Output: warp w finishes rows w, w + 8 of the block's 128 columns (as rotate_out does), from zs
+// (one split) or the splits' partials summed in split order.
+__device__ __forceinline__ void finish_rows(const GemvArgs& a, const float (*zs)[kHad], int nrows, int row0,
+                                            bool gather, int e, int warp, int lane) {
+  const int64_t c0 = int64_t(blockIdx.x) * kHad + lane * 4;
+  const float* sv = a.svh + int64_t(e) * a.n;
+  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
+  for (int r = warp; r < nrows; r += kGemvWarps) {
+    const int row = gather ? row0 : r;
+    float v[4];
+    if (a.splits == 1) {
+      const float4 z = *reinterpret_cast<const float4*>(&zs[r][lane * 4]);
+      v[0] = z.x, v[1] = z.y, v[2] = z.z, v[3] = z.w;
+    } else {
+      const float* p = a.part + int64_t(row) * a.n + c0;
+      const float4 z0 = __ldcg(reinterpret_cast<const float4*>(p));
+      v[0] = z0.x, v[1] = z0.y, v[2] = z0.z, v[3] = z0.w;
+      for (int s = 1; s < a.splits; ++s) {
+        const float4 z = __ldcg(reinterpret_cast<const float4*>(p + int64_t(s) * a.part_rows * a.n));
+        v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
+      }
+    }
+    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
+  }
+}
+
 // One launch per matmul (rows ≤ 16) or gather: block (x, s[, row]) owns the 128 output columns x·128..
 // and split s of the k tiles. With FuseIn it first rotates the input blocks its split covers into
 // shared memory (the same arithmetic as rotate_in, so the same bits). Its weight loads run
@@ -152,27 +234,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   // Launched programmatically (cuda_util.cuh): the trellis words may be read before pdl_wait(), the
   // expert ids, activations and the shared partials only after it.
   if (Gather) {
-    cuda::pdl_wait();
-    cuda::pdl_trigger();
-    row0 = int(blockIdx.z);
-    e = a.ids[row0];
-    if (e < 0 || e >= a.n_experts) {  // the row is NaN
-      const int64_t c = int64_t(blockIdx.x) * kHad + threadIdx.x;
-      if (blockIdx.y == 0 && threadIdx.x < kHad && c < a.out_features)
-        a.y[int64_t(row0) * a.out_features + c] = __int_as_float(0x7fffffff);
-      return;
-    }
+    if (!gather_expert(a, row0, e)) return;
     w += int64_t(e) * a.expert_words;
   }
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
-  const int g_load = lane / kPer, piece = lane % kPer;
-  auto load = [&](int i0) {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (active && g_load < G && i0 + g_load < ie)
-      v = __ldcs(reinterpret_cast<const uint4*>(w + (int64_t(i0 + g_load) * a.strips + j) * kWords) + piece);
-    return v;
-  };
+  const TileLoads<K> load(w, a.strips, j, ie, active, lane);
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
@@ -208,7 +275,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   if (active) {
     for (int i0 = ib; i0 < ie; i0 += G) {
       __syncwarp();
-      if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = buf[0];
+      load.store(sm, buf[0]);
       __syncwarp();
 #pragma unroll
       for (int d = 0; d + 1 < kGemvDepth; ++d) buf[d] = buf[d + 1];
@@ -264,39 +331,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
         out[int64_t(row) * a.n + 8] = acc[r][1];
       }
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned* c = a.counters + (Gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
-      const unsigned prev = atomicAdd(c, 1u);
-      is_last = prev == unsigned(S - 1);
-      if (is_last) *c = 0;  // every split has arrived: ready for the next call
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!last_split(a, row0, Gather, is_last)) return;
   }
-  // Output: warp w finishes rows w, w + 8 of the block's 128 columns (as rotate_out does).
-  const int64_t c0 = int64_t(blockIdx.x) * kHad + lane * 4;
-  const float* sv = a.svh + int64_t(e) * a.n;
-  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
-  for (int r = warp; r < nrows; r += kGemvWarps) {
-    const int row = Gather ? row0 : r;
-    float v[4];
-    if (S == 1) {
-      const float4 z = *reinterpret_cast<const float4*>(&zs[r][lane * 4]);
-      v[0] = z.x, v[1] = z.y, v[2] = z.z, v[3] = z.w;
-    } else {
-      const float* p = a.part + int64_t(row) * a.n + c0;
-      const float4 z0 = __ldcg(reinterpret_cast<const float4*>(p));
-      v[0] = z0.x, v[1] = z0.y, v[2] = z0.z, v[3] = z0.w;
-      for (int s = 1; s < S; ++s) {
-        const float4 z = __ldcg(reinterpret_cast<const float4*>(p + int64_t(s) * a.part_rows * a.n));
-        v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
-      }
-    }
-    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
-  }
+  finish_rows(a, zs, nrows, row0, Gather, e, warp, lane);
 }
 
 // ---- the tensor-core GEMV (rows ≤ 16) ----
@@ -332,7 +369,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 template <int K, int CB, bool Gather>
-__global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
   constexpr int kWords = 8 * K;
   constexpr int kPer = 2 * K;
   constexpr int G = 32 / kPer;
@@ -350,27 +387,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_mma_kernel(const Gemv
   const uint32_t* w = a.w;
   int row0 = 0, e = 0;
   if (Gather) {
-    cuda::pdl_wait();
-    cuda::pdl_trigger();
-    row0 = int(blockIdx.z);
-    e = a.ids[row0];
-    if (e < 0 || e >= a.n_experts) {  // the row is NaN
-      const int64_t c = int64_t(blockIdx.x) * kHad + threadIdx.x;
-      if (blockIdx.y == 0 && threadIdx.x < kHad && c < a.out_features)
-        a.y[int64_t(row0) * a.out_features + c] = __int_as_float(0x7fffffff);
-      return;
-    }
+    if (!gather_expert(a, row0, e)) return;
     w += int64_t(e) * a.expert_words;
   }
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
-  const int g_load = lane / kPer, piece = lane % kPer;
-  auto load = [&](int i0) {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (active && g_load < G && i0 + g_load < ie)
-      v = __ldcs(reinterpret_cast<const uint4*>(w + (int64_t(i0 + g_load) * a.strips + j) * kWords) + piece);
-    return v;
-  };
+  const TileLoads<K> load(w, a.strips, j, ie, active, lane);
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
@@ -422,7 +444,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_mma_kernel(const Gemv
       for (int i = cs; i < ce;) {
         if (i == step_end) {  // the next step's tiles into the slot; one more step requested
           __syncwarp();
-          if (g_load < G) reinterpret_cast<uint4*>(sm)[g_load * kPer + piece] = buf[0];
+          load.store(sm, buf[0]);
           __syncwarp();
 #pragma unroll
           for (int d = 0; d + 1 < kGemvDepth; ++d) buf[d] = buf[d + 1];
@@ -488,38 +510,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_mma_kernel(const Gemv
         if (has_g8) out[rb * a.n + 8 * nb] = acc[nb][2], out[rb * a.n + 8 * nb + 1] = acc[nb][3];
       }
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned* c = a.counters + (Gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
-      const unsigned prev = atomicAdd(c, 1u);
-      is_last = prev == unsigned(S - 1);
-      if (is_last) *c = 0;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!last_split(a, row0, Gather, is_last)) return;
   }
-  const int64_t c0 = int64_t(blockIdx.x) * kHad + lane * 4;
-  const float* sv = a.svh + int64_t(e) * a.n;
-  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
-  for (int r = warp; r < nrows; r += kGemvWarps) {
-    const int row = Gather ? row0 : r;
-    float v[4];
-    if (S == 1) {
-      const float4 z = *reinterpret_cast<const float4*>(&zs[r][lane * 4]);
-      v[0] = z.x, v[1] = z.y, v[2] = z.z, v[3] = z.w;
-    } else {
-      const float* pp = a.part + int64_t(row) * a.n + c0;
-      const float4 z0 = __ldcg(reinterpret_cast<const float4*>(pp));
-      v[0] = z0.x, v[1] = z0.y, v[2] = z0.z, v[3] = z0.w;
-      for (int s2 = 1; s2 < S; ++s2) {
-        const float4 z = __ldcg(reinterpret_cast<const float4*>(pp + int64_t(s2) * a.part_rows * a.n));
-        v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
-      }
-    }
-    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
-  }
+  finish_rows(a, zs, nrows, row0, Gather, e, warp, lane);
 }
 
 // One warp per tile: lane t decodes stream positions 8t .. 8t+7 and writes them at their elements.
