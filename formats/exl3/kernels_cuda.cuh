@@ -166,6 +166,29 @@ struct TileLoads {
   }
 };
 
+// A block's share of a GEMV launch as both kernels see it: warp w owns strip j = blockIdx.x·8 + w
+// (active when it exists), split blockIdx.y the tiles [ib, ie); a gather's block also has its row
+// and expert, and its weights start at that expert (ok = false: the row was written NaN, leave).
+template <bool Gather>
+struct GemvBlock {
+  int warp, lane, j, ib, ie, row0 = 0, e = 0;
+  bool active, ok = true;
+  const uint32_t* w;
+  __device__ explicit GemvBlock(const GemvArgs& a)
+      : warp(int(threadIdx.x) / 32),
+        lane(int(threadIdx.x) % 32),
+        j(int(blockIdx.x) * kGemvWarps + int(threadIdx.x) / 32),
+        ib(int(blockIdx.y) * a.tiles_per_split),
+        ie(min(int(blockIdx.y) * a.tiles_per_split + a.tiles_per_split, a.tiles_k)),
+        active(int(blockIdx.x) * kGemvWarps + int(threadIdx.x) / 32 < a.strips),
+        w(a.w) {
+    if (Gather) {
+      ok = gather_expert(a, row0, e);
+      if (ok) w += int64_t(e) * a.expert_words;
+    }
+  }
+};
+
 // After the block wrote its split's partials: true for the last block of the column block to arrive
 // (which then finishes it), false for the others; the counter is reset for the next call.
 __device__ __forceinline__ bool last_split(const GemvArgs& a, int row0, bool gather, int& is_last) {
@@ -224,22 +247,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   __shared__ __align__(16) float zs[N][kHad];
   __shared__ int is_last;
   extern __shared__ __align__(16) float xs[];  // FuseIn: [N][nhb · 128]
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int j = int(blockIdx.x) * kGemvWarps + warp;
-  const bool active = j < a.strips;
-  const int ib = int(blockIdx.y) * a.tiles_per_split;
-  const int ie = min(ib + a.tiles_per_split, a.tiles_k);
-  const uint32_t* w = a.w;
-  int row0 = 0, e = 0;
   // Launched programmatically (cuda_util.cuh): the trellis words may be read before pdl_wait(), the
   // expert ids, activations and the shared partials only after it.
-  if (Gather) {
-    if (!gather_expert(a, row0, e)) return;
-    w += int64_t(e) * a.expert_words;
-  }
+  const GemvBlock<Gather> blk(a);
+  if (!blk.ok) return;
+  const int warp = blk.warp, lane = blk.lane, j = blk.j, ib = blk.ib, ie = blk.ie, row0 = blk.row0, e = blk.e;
+  const bool active = blk.active;
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
-  const TileLoads<K> load(w, a.strips, j, ie, active, lane);
+  const TileLoads<K> load(blk.w, a.strips, j, ie, active, lane);
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
@@ -379,20 +395,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
   extern __shared__ __align__(16) unsigned char xstage[];  // [round_hb·8 tiles][rows_pad][4][8 halves] | scales
   const int round_hb = mma_round_hb(rows_pad);
   float* xscale = reinterpret_cast<float*>(xstage + size_t(round_hb) * 8 * size_t(rows_pad) * 64);  // [hb][16 rows]
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int j = int(blockIdx.x) * kGemvWarps + warp;
-  const bool active = j < a.strips;
-  const int ib = int(blockIdx.y) * a.tiles_per_split;
-  const int ie = min(ib + a.tiles_per_split, a.tiles_k);
-  const uint32_t* w = a.w;
-  int row0 = 0, e = 0;
-  if (Gather) {
-    if (!gather_expert(a, row0, e)) return;
-    w += int64_t(e) * a.expert_words;
-  }
+  const GemvBlock<Gather> blk(a);
+  if (!blk.ok) return;
+  const int warp = blk.warp, lane = blk.lane, ib = blk.ib, ie = blk.ie, row0 = blk.row0, e = blk.e;
+  const int g = lane / 4, q = lane % 4;
+  const bool active = blk.active;
   const LaneWords lw = lane_words<K>(lane);
   uint32_t* sm = smem[warp];
-  const TileLoads<K> load(w, a.strips, j, ie, active, lane);
+  const TileLoads<K> load(blk.w, a.strips, blk.j, ie, active, lane);
   uint4 buf[kGemvDepth];
 #pragma unroll
   for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
