@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda_util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
@@ -135,62 +136,45 @@ __global__ void __launch_bounds__(256) gemm_kernel(const float* xh, const __half
   }
 }
 
-void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
-                 cudaStream_t s) {
+// f(std::integral_constant<int, K>{}) for the kernels' K (1..8).
+template <class F>
+void with_k(int K, F&& f) {
   switch (K) {
-    case 1: launch_gemv_k<1>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 2: launch_gemv_k<2>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 3: launch_gemv_k<3>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 4: launch_gemv_k<4>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 5: launch_gemv_k<5>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 6: launch_gemv_k<6>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 7: launch_gemv_k<7>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
-    case 8: launch_gemv_k<8>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
     default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
   }
+}
+
+void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
+                 cudaStream_t s) {
+  with_k(K, [&](auto k) { launch_gemv_k<decltype(k)::value>(a, cb, rows_pad, gather, fuse_in, grid, smem, s); });
   check_launch("exl3 gemv");
 }
 
 void launch_gemv_mma(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t s) {
-  switch (K) {
-    case 1: launch_gemv_mma_k<1>(a, cb, rows_pad, gather, grid, s); break;
-    case 2: launch_gemv_mma_k<2>(a, cb, rows_pad, gather, grid, s); break;
-    case 3: launch_gemv_mma_k<3>(a, cb, rows_pad, gather, grid, s); break;
-    case 4: launch_gemv_mma_k<4>(a, cb, rows_pad, gather, grid, s); break;
-    case 5: launch_gemv_mma_k<5>(a, cb, rows_pad, gather, grid, s); break;
-    case 6: launch_gemv_mma_k<6>(a, cb, rows_pad, gather, grid, s); break;
-    case 7: launch_gemv_mma_k<7>(a, cb, rows_pad, gather, grid, s); break;
-    case 8: launch_gemv_mma_k<8>(a, cb, rows_pad, gather, grid, s); break;
-    default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
-  }
+  with_k(K, [&](auto k) { launch_gemv_mma_k<decltype(k)::value>(a, cb, rows_pad, gather, grid, s); });
   check_launch("exl3 gemv (mma)");
 }
 
 // TANDEM_EXL3_MMA=1: the tensor-core GEMV serves every matmul of ≤ 16 rows and every gather (one
 // kernel for all n, so a row's bits never depend on n). Opt-in: on the H200 it verifies 16 rows for
-// 3.2 decode steps (fp32 GEMV: 4.0) but one row takes 2.0x as long (Bolt in_proj 70 vs 35 µs,
+// 3.2 decode steps (fp32 GEMV: 4.1) but one row takes 2.0x as long (Bolt in_proj 70 vs 35 µs,
 // 2026-11-30; the cause is not found: neither registers nor unrolling changed it), so plain decoding
 // loses more than drafting gains.
 bool use_mma() {
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_EXL3_MMA");
-    return e && e[0] == '1' && e[1] == '\0';
-  }();
+  static const bool on = cuda::env_is_one("TANDEM_EXL3_MMA");
   return on;
 }
 
 void launch_decode(const DecodeArgs& a, int K, int cb, cudaStream_t s) {
-  switch (K) {
-    case 1: launch_decode_k<1>(a, cb, s); break;
-    case 2: launch_decode_k<2>(a, cb, s); break;
-    case 3: launch_decode_k<3>(a, cb, s); break;
-    case 4: launch_decode_k<4>(a, cb, s); break;
-    case 5: launch_decode_k<5>(a, cb, s); break;
-    case 6: launch_decode_k<6>(a, cb, s); break;
-    case 7: launch_decode_k<7>(a, cb, s); break;
-    case 8: launch_decode_k<8>(a, cb, s); break;
-    default: fail("exl3 (cuda): K = ", K, " bits per weight has no kernel");
-  }
+  with_k(K, [&](auto k) { launch_decode_k<decltype(k)::value>(a, cb, s); });
   check_launch("exl3 decode");
 }
 

@@ -374,10 +374,7 @@ struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type 
 template <class Q>
 void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
   if constexpr (HasMma<Q>::value) {
-    static const bool on = [] {
-      const char* e = std::getenv("TANDEM_GGUF_MMA");
-      return e && e[0] == '1' && e[1] == '\0';
-    }();
+    static const bool on = cuda::env_is_one("TANDEM_GGUF_MMA");
     // Activations are read as float4: rows of k % 32 == 0 floats from a 16-byte aligned start.
     if (on && reinterpret_cast<uintptr_t>(a.x) % 16 == 0) {
       if (a.n == 0 || a.m == 0) return;

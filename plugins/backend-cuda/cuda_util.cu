@@ -15,6 +15,11 @@ int device_count() {
   return n;
 }
 
+bool env_is_one(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '1' && e[1] == '\0';
+}
+
 bool pdl_enabled() {
   static const bool on = [] {
     const char* env = std::getenv("TANDEM_CUDA_PDL");

@@ -132,6 +132,8 @@ __device__ __forceinline__ void pdl_wait() {
 }
 // Defined in cuda_util.cu: true when the current device is sm_90+ and TANDEM_CUDA_PDL is not 0.
 bool pdl_enabled();
+// True when the environment variable `name` is exactly "1" (the opt-in kernel switches).
+bool env_is_one(const char* name);
 
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
