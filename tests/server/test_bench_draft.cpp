@@ -58,9 +58,9 @@ TEST(BenchDraft, OracleIsAcceptedEverywhereAndDraftsLongChains) {
 TEST(BenchDraft, WrongDrafterFallsBackToPlainSteps) {
   DraftMetrics m = drafted("wrong", test::fixed_costs());
   EXPECT_EQ(m.accepted_tokens, 0);
-  // The Beta(1, 1) prior makes the first drafts worth a try; retro-scoring of every (cheap) proposal
-  // drives p(1) down, and once one extra row is no longer paid for (here p(1) < 5 %, ~20 misses)
-  // StairCut goes back to plain steps for good.
+  // With no record yet p(1) starts at 0.5, which makes the first drafts worth a try; retro-scoring
+  // of every (cheap) proposal drives p(1) down, and once one extra row is no longer paid for (here
+  // p(1) < 5 %, ~20 misses) StairCut goes back to plain steps for good.
   EXPECT_LE(m.drafts, 30) << m.summary();
   EXPECT_GE(m.plain_steps, m.steps - 30) << m.summary();
 }
