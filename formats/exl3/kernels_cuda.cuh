@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda_util.cuh"
+#include "tensor_core.cuh"
 #include "formats/exl3/decode_cuda.cuh"
 
 namespace tandem::exl3::kcuda {
@@ -375,15 +376,6 @@ __host__ __device__ constexpr size_t mma_stage_bytes(int rows_pad) {
   return size_t(mma_round_hb(rows_pad)) * 8 * size_t(rows_pad) * 64 + size_t(mma_round_hb(rows_pad)) * kGemvMaxRows * 4;
 }
 
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 template <int K, int CB, bool Gather>
 __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
   constexpr int kWords = 8 * K;
@@ -431,22 +423,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
       float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      // 2^(14 − E') puts the block's largest magnitude in [2^14, 2^15) (E' its unbiased exponent),
-      // clamped so that both factors stay normal; an all-zero block scales harmlessly.
-      const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
-      const float up = __uint_as_float(uint32_t(268 - E) << 23), down = __uint_as_float(uint32_t(E - 14) << 23);
+      const cuda::Pow2Scale sc = cuda::pow2_scale(mx);  // per (row, 128-block)
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
         const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
-        const float xv = v[m] * up;
-        const __half hi = __float2half_rn(xv);
-        const __half lo = __float2half_rn(xv - __half2float(hi));
+        const float xv = v[m] * sc.up;
+        __half hi, lo;
+        cuda::split_hi_lo(xv, hi, lo);
         __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + tt) * rows_pad + r) * 4 + qq) * 16);
         base[h * 2 + jj] = hi;
         base[4 + h * 2 + jj] = lo;
       }
-      if (lane == 0) xscale[hh * kGemvMaxRows + r] = down;
+      if (lane == 0) xscale[hh * kGemvMaxRows + r] = sc.down;
     }
     __syncthreads();
     if (active) {
@@ -478,10 +467,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
           if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
           float(&th)[2][4] = t[0];
           float(&tl)[2][4] = t[1];
-          mma16816(th[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
-          mma16816(tl[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
-          mma16816(th[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
-          mma16816(tl[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
+          cuda::mma16816(th[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
+          cuda::mma16816(tl[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
+          cuda::mma16816(th[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
+          cuda::mma16816(tl[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
           if ((ii + 1) % 8 == 0 || ii + 1 == ie) {  // the 128-block ends: fold it in with its scales
             const int hh = ii / 8 - hb0;
             const float d0 = has_g ? xscale[hh * kGemvMaxRows + g] : 0.0f;

@@ -26,6 +26,7 @@
 
 #include "formats/gguf/iquants_cuda.cuh"
 #include "formats/gguf/kquants_cuda.cuh"
+#include "tensor_core.cuh"
 
 namespace tandem::gguf::kcuda {
 
@@ -116,15 +117,6 @@ struct Mma<DecNVFP4> {
     }
   }
 };
-
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 template <class Q>
 __host__ __device__ constexpr int mma_chunk_bytes() {
@@ -243,24 +235,21 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
             for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             if (t >= total) continue;
             const int r = t / (ng * 8), rem = t % (ng * 8), gi = rem >> 3, pt = rem & 7;
-            // 2^(14 − E') scales the group's largest magnitude into [2^14, 2^15); E' the biased exponent
-            // of mx, clamped so that both factors stay normal (a zero group scales by 2^126, harmlessly).
-            const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
-            const float up = __uint_as_float(uint32_t(268 - E) << 23), down = __uint_as_float(uint32_t(E - 14) << 23);
+            const cuda::Pow2Scale sc = cuda::pow2_scale(mx);
             const float e4[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
             unsigned char* row = xs + size_t(r) * xrow + size_t(gi) * 128;
 #pragma unroll
             for (int m = 0; m < 4; ++m) {
-              const float xv = e4[m] * up;
-              const __half hi = __float2half_rn(xv);
-              const __half lo = __float2half_rn(xv - __half2float(hi));
+              const float xv = e4[m] * sc.up;
+              __half hi, lo;
+              cuda::split_hi_lo(xv, hi, lo);
               int qq, sl;
               M::place(pt * 4 + m, qq, sl);
               __half* seg = reinterpret_cast<__half*>(row + size_t(qq) * 32);
               seg[sl] = hi;
               seg[8 + sl] = lo;
             }
-            if (pt == 0) xexp[gi * slots + r] = down;
+            if (pt == 0) xexp[gi * slots + r] = sc.down;
           }
         }
         __syncthreads();
@@ -298,8 +287,8 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
                 float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 const uint32_t bh0 = js ? hi.z : hi.x, bh1 = js ? hi.w : hi.y, bl0 = js ? lo.z : lo.x,
                                bl1 = js ? lo.w : lo.y;
-                mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bh0, bh1);
-                mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bl0, bl1);
+                cuda::mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bh0, bh1);
+                cuda::mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bl0, bl1);
                 acc[nt][0] = fmaf(sa[js] * e0, t[0], acc[nt][0]);
                 acc[nt][1] = fmaf(sa[js] * e1, t[1], acc[nt][1]);
                 acc[nt][2] = fmaf(sb[js] * e0, t[2], acc[nt][2]);
@@ -307,10 +296,10 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
               }
             } else {
               float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-              mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-              mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-              mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+              cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+              cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+              cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+              cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
               acc[nt][0] = fmaf(sa[0] * e0, t[0], acc[nt][0]);
               acc[nt][1] = fmaf(sa[0] * e1, t[1], acc[nt][1]);
               acc[nt][2] = fmaf(sb[0] * e0, t[2], acc[nt][2]);

@@ -1,0 +1,40 @@
+// The pieces the tensor-core GEMVs of the quantized formats share (formats/gguf/mma_cuda.cuh,
+// formats/exl3/kernels_cuda.cuh): one mma.sync.m16n8k16 (fp16 × fp16 → fp32) and the exact
+// activation split — a group scaled by a power of two into [2^14, 2^15), then x' = hi + lo in fp16.
+// Owner: n/a. Thread: any. Sync: none (mma16816 needs the whole warp converged).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+// d += A·B for the warp's m16n8k16 fragments (A row-major, B column-major).
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// up = 2^(14 − E') puts a group's largest magnitude mx in [2^14, 2^15) (E' the exponent of mx), down
+// = 1 / up; the biased exponent is clamped so that both factors stay normal (an all-zero group scales
+// by 2^126, harmlessly).
+struct Pow2Scale {
+  float up, down;
+};
+__device__ __forceinline__ Pow2Scale pow2_scale(float mx) {
+  const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
+  return {__uint_as_float(uint32_t(268 - E) << 23), __uint_as_float(uint32_t(E - 14) << 23)};
+}
+
+// x = hi + lo with hi = fp16(x), lo = fp16(x − hi): about 22 significant bits.
+__device__ __forceinline__ void split_hi_lo(float x, __half& hi, __half& lo) {
+  hi = __float2half_rn(x);
+  lo = __float2half_rn(x - __half2float(hi));
+}
+
+}  // namespace tandem::cuda
