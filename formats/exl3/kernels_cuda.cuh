@@ -118,6 +118,7 @@ struct GemvArgs {
   const float* bias = nullptr;  // [E][out_features] or null
   int64_t out_features = 0;
   float* y = nullptr;           // [rows][out_features]
+  int round_hb = 0;             // tensor-core GEMV: 128-blocks of staged input per round (tc_round_hb)
 };
 
 // Ŵ tiles to fp16, row-major [k][cols] for the strips [strip0, strip0 + cols/16).
@@ -193,18 +194,18 @@ struct GemvBlock {
 // After the block wrote its split's partials: true for the last block of the column block to arrive
 // (which then finishes it), false for the others; the counter is reset for the next call.
 __device__ __forceinline__ bool last_split(const GemvArgs& a, int row0, bool gather, int& is_last) {
-  __threadfence();
+  // The barrier orders every thread's partials before thread 0's release; its acquire (of all the
+  // splits' releases) is ordered before the other threads' reads by the second barrier.
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned* c = a.counters + (gather ? int64_t(row0) * gridDim.x : 0) + blockIdx.x;
-    const unsigned prev = atomicAdd(c, 1u);
+    unsigned prev;
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(c) : "memory");
     is_last = prev == unsigned(a.splits - 1);
     if (is_last) *c = 0;  // every split has arrived: ready for the next call
   }
   __syncthreads();
-  if (!is_last) return false;
-  __threadfence();
-  return true;
+  return is_last != 0;
 }
 
 // Output: warp w finishes rows w, w + 8 of the block's 128 columns (as rotate_out does), from zs
@@ -354,72 +355,113 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
 }
 
 // ---- the tensor-core GEMV (rows ≤ 16) ----
-// Same work split, weight stream and output path as gemv_kernel, but the products run on
-// mma.sync.m16n8k16 (fp16 × fp16 → fp32): a lane's 8 decoded weights are, as the format intends, its
-// two B fragments (n-blocks 0 and 1 of the tile), and all 16 activation rows form the A operand, so
-// one tile costs 4 mma whatever the number of rows (the fp32 kernel: 8 FMAs per row).
+// Same work split and output path as gemv_kernel (a warp owns one 16-column strip and the k tiles of
+// one split), but the products run on mma.sync.m16n8k16 (fp16 × fp16 → fp32) with the weights as the
+// A operand: Ŵᵀ of one tile is 16 output columns × 16 inputs, and a lane's 8 decoded weights are
+// exactly its A fragment (the format's lane order). The activations are B (16 inputs × 8 rows), so
+// one tile costs 2 mma for up to 8 rows (hi and lo, below) and 4 for 9–16.
 // Activations: each (row, 128-block) of the rotated input is scaled by a power of two that puts its
 // largest magnitude in [2^14, 2^15) and split x' = hi + lo (two fp16, ~22 significant bits); the
-// weights are exact fp16, so every product is exact in fp32. Per tile the tensor cores sum hi·w and
-// lo·w into t; at the end of a 128-block the lane folds t into its accumulators times the block's
-// 2^−e. Nothing depends on the number of rows: an mma output element sees only its own row of A,
-// and a row's scale only its own values.
-// Staging: the block rotates (×suh, FWHT) the input rows of `round_hb` Hadamard blocks at a time
-// into shared memory, per tile, row and lane class q: hi(2q, 2q+1), hi(2q+8, 2q+9), lo(...), lo(...)
-// as 8 halves, so a lane's A fragment for one row is one 16-byte load. The round size bounds shared
-// memory (24 KB of halves) and changes no arithmetic: blocks fold at 128-block ends either way.
-constexpr int kMmaStageHalves = 24 << 10;  // bytes of staged halves per round (static + dynamic ≤ 48 KB)
-__host__ __device__ constexpr int mma_round_hb(int rows_pad) {
-  return kMmaStageHalves / (8 * 64 * rows_pad) < 64 ? kMmaStageHalves / (8 * 64 * rows_pad) : 64;
+// weights are exact fp16, so every product is exact. Per 128-block the tensor cores sum hi·w and
+// lo·w into t; at its end the lane folds t into its accumulators times the block's 2^−e. An output
+// element sees only its own row of B and a row's scale only its own values: nothing depends on n.
+// Weights: each warp streams its strip a 128-block (8 tiles, 256·K bytes) at a time with cp.async
+// into its own ring of TcRing<K>::D slots, D − 1 blocks ahead of the decode.
+// Activations are staged per round of `round_hb` 128-blocks, per tile, row and lane class q:
+// hi(2q, 2q+1), hi(2q+8, 2q+9), lo(...), lo(...) as 8 halves, so a lane's B fragment is one 16-byte
+// load. The round size bounds shared memory and changes no arithmetic. Splits cover whole 128-blocks
+// (plan_gemv rounds tiles_per_split to a multiple of 8).
+// Ring slots per warp: 2–3 KB of weights requested ahead of the decode.
+__host__ __device__ constexpr int tc_ring_depth(int K) { return K == 1 ? 8 : K == 2 ? 6 : K <= 4 ? 4 : 3; }
+template <int K>
+struct TcRing {
+  static constexpr int kSlotWords = 64 * K;  // 8 tiles of 8·K words
+  static constexpr int D = tc_ring_depth(K);
+  static constexpr int kPieces = 16 * K;     // 16-byte pieces per slot
+  static constexpr int kPerLane = (kPieces + 31) / 32;
+};
+constexpr int kTcStageBytes = 16 << 10;  // staged activations per round
+__host__ __device__ constexpr int tc_round_hb(int rows_pad) {
+  return kTcStageBytes / (512 * rows_pad) < 64 ? kTcStageBytes / (512 * rows_pad) : 64;
 }
-__host__ __device__ constexpr size_t mma_stage_bytes(int rows_pad) {
-  return size_t(mma_round_hb(rows_pad)) * 8 * size_t(rows_pad) * 64 + size_t(mma_round_hb(rows_pad)) * kGemvMaxRows * 4;
+// Dynamic shared memory of one block: the warps' rings, the staged round of `round_hb` 128-blocks
+// (at most tc_round_hb, at most the split), the outputs, the round's scales.
+__host__ __device__ constexpr size_t tc_smem_bytes(int K, int rows_pad, int round_hb) {
+  return size_t(kGemvWarps) * tc_ring_depth(K) * 256 * size_t(K) + size_t(round_hb) * 512 * size_t(rows_pad) +
+         size_t(rows_pad) * kHad * 4 + size_t(round_hb) * rows_pad * 4;
 }
 
-template <int K, int CB, bool Gather>
-__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const GemvArgs a, int rows_pad) {
-  constexpr int kWords = 8 * K;
-  constexpr int kPer = 2 * K;
-  constexpr int G = 32 / kPer;
-  __shared__ __align__(16) uint32_t smem[kGemvWarps][G * kWords];
-  __shared__ __align__(16) float zs[kGemvMaxRows][kHad];
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int K, int CB, int N>
+__global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel(const GemvArgs a) {
+  using Ring = TcRing<K>;
+  constexpr int D = Ring::D, NB = N > 8 ? 2 : 1;
+  const int R = a.round_hb;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  uint32_t* ring = reinterpret_cast<uint32_t*>(tc_smem);  // [warp][D][kSlotWords]
+  unsigned char* xstage = tc_smem + size_t(kGemvWarps) * D * Ring::kSlotWords * 4;  // [R·8 tiles][N][4][16 B]
+  float(*zs)[kHad] = reinterpret_cast<float(*)[kHad]>(xstage + size_t(R) * 512 * N);  // [N][128]
+  float* xscale = &zs[N][0];                                                            // [R][N]
   __shared__ int is_last;
-  extern __shared__ __align__(16) unsigned char xstage[];  // [round_hb·8 tiles][rows_pad][4][8 halves] | scales
-  const int round_hb = mma_round_hb(rows_pad);
-  float* xscale = reinterpret_cast<float*>(xstage + size_t(round_hb) * 8 * size_t(rows_pad) * 64);  // [hb][16 rows]
-  const GemvBlock<Gather> blk(a);
-  if (!blk.ok) return;
-  const int warp = blk.warp, lane = blk.lane, ib = blk.ib, ie = blk.ie, row0 = blk.row0, e = blk.e;
+  const GemvBlock<false> blk(a);
+  const int warp = blk.warp, lane = blk.lane;
   const int g = lane / 4, q = lane % 4;
   const bool active = blk.active;
+  const int hb_begin = blk.ib / 8, hb_end = blk.ie / 8;  // whole 128-blocks (plan_gemv)
   const LaneWords lw = lane_words<K>(lane);
-  uint32_t* sm = smem[warp];
-  const TileLoads<K> load(blk.w, a.strips, blk.j, ie, active, lane);
-  uint4 buf[kGemvDepth];
+  // For K = 4 and 8 every lane's window starts at the same bit of its word: a constant lets the
+  // compiler drop the shifts (and the loads) of bits no state reaches.
+  const uint32_t off = K % 4 == 0 ? uint32_t((K - 16 + 256 * K) % 32) : lw.off;
+  uint32_t* my_ring = ring + warp * D * Ring::kSlotWords;
+  // Piece p = lane + 32m of a slot is word 4p of the slot: tile p / 2K, 16-byte piece p % 2K.
+  int64_t goff[Ring::kPerLane];
 #pragma unroll
-  for (int d = 0; d < kGemvDepth; ++d) buf[d] = load(ib + d * G);
-  if (!Gather) cuda::pdl_wait(), cuda::pdl_trigger();
-
-  const int nrows = Gather ? 1 : a.rows;
-  const float* su = a.suh + int64_t(e) * a.k;
-  const bool has_g = g < nrows, has_g8 = g + 8 < nrows;
-  float acc[2][4] = {}, t[2][2][4] = {};  // t[hi, lo][n-block][fragment]: the current 128-block
-  int step_start = ib, step_end = ib;  // the tiles now in the warp's slot
-  for (int cs = ib; cs < ie;) {
-    const int hb0 = cs / 8;
-    const int ce = min(ie, (hb0 + round_hb) * 8);
-    const int nhb = (ce - 1) / 8 - hb0 + 1;
-    __syncthreads();  // the previous round's staged input is no longer read
-    for (int task = warp; task < nrows * nhb; task += kGemvWarps) {
-      const int r = task / nhb, hh = task % nhb;
-      const int64_t xr = Gather ? row0 / a.per_x : r;
-      float v[4];
+  for (int m = 0; m < Ring::kPerLane; ++m) {
+    const int p = lane + 32 * m;
+    goff[m] = int64_t(p / (2 * K)) * a.strips * (8 * K) + (p % (2 * K)) * 4;
+  }
+  const uint32_t* wj = blk.w + int64_t(blk.j) * (8 * K);  // tile (0, j)
+  const int64_t hb_words = int64_t(8) * a.strips * (8 * K);
+  auto issue = [&](int hb) {  // 128-block hb of the strip into its slot (an empty group past the end)
+    if (active && hb < hb_end) {
+      const uint32_t* src = wj + int64_t(hb) * hb_words;
+      uint32_t* dst = my_ring + (hb % D) * Ring::kSlotWords;
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int64_t i = int64_t(hb0 + hh) * kHad + lane * 4 + m;
-        v[m] = i < a.in_features ? a.x[xr * a.in_features + i] * su[i] : 0.0f;
+      for (int m = 0; m < Ring::kPerLane; ++m) {
+        const int p = lane + 32 * m;
+        if (Ring::kPieces % 32 == 0 || p < Ring::kPieces) cp_async16(dst + 4 * p, src + goff[m]);
       }
-      fwht128(v, lane);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int d = 0; d < D - 1; ++d) issue(hb_begin + d);
+  cuda::pdl_wait(), cuda::pdl_trigger();
+
+  const int nrows = a.rows;
+  const float* su = a.suh;
+  float acc[NB][4] = {};
+  for (int cs = hb_begin; cs < hb_end; cs += R) {
+    const int nhb = min(R, hb_end - cs);
+    __syncthreads();  // the previous round's staged input is no longer read
+    for (int task = warp; task < N * nhb; task += kGemvWarps) {
+      const int r = task / nhb, hh = task % nhb;
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (r < nrows) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int64_t i = int64_t(cs + hh) * kHad + lane * 4 + m;
+          v[m] = i < a.in_features ? a.x[r * a.in_features + i] * su[i] : 0.0f;
+        }
+        fwht128(v, lane);
+      }
       float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -428,90 +470,80 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_mma_kernel(const Gemv
       for (int m = 0; m < 4; ++m) {
         const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
         const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
-        const float xv = v[m] * sc.up;
         __half hi, lo;
-        cuda::split_hi_lo(xv, hi, lo);
-        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + tt) * rows_pad + r) * 4 + qq) * 16);
+        cuda::split_hi_lo(v[m] * sc.up, hi, lo);
+        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + tt) * N + r) * 4 + qq) * 16);
         base[h * 2 + jj] = hi;
         base[4 + h * 2 + jj] = lo;
       }
-      if (lane == 0) xscale[hh * kGemvMaxRows + r] = sc.down;
+      if (lane == 0) xscale[hh * N + r] = sc.down;
     }
     __syncthreads();
-    if (active) {
-      // A step's tiles are unrolled (their decodes overlap); hi and lo products sum apart.
-      for (int i = cs; i < ce;) {
-        if (i == step_end) {  // the next step's tiles into the slot; one more step requested
-          __syncwarp();
-          load.store(sm, buf[0]);
-          __syncwarp();
+    if (!active) continue;
+    for (int hh = 0; hh < nhb; ++hh) {
+      const int hb = cs + hh;
+      issue(hb + D - 1);  // into the slot read one block ago (the __syncwarp below)
+      cp_async_wait<D - 1>();
+      __syncwarp();
+      const uint32_t* sw = my_ring + (hb % D) * Ring::kSlotWords;
+      const unsigned char* xh = xstage + size_t(hh) * 8 * N * 64;
+      float t[2][NB][4] = {};  // hi and lo products: two accumulation chains
 #pragma unroll
-          for (int d = 0; d + 1 < kGemvDepth; ++d) buf[d] = buf[d + 1];
-          buf[kGemvDepth - 1] = load(step_end + kGemvDepth * G);
-          step_start = step_end;
-          step_end += G;
+      for (int tt = 0; tt < 8; ++tt) {
+        const uint32_t* tw = sw + tt * (8 * K);
+        uint32_t st[8];
+        lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], off, st);
+        const uint32_t a0 = state_pair_f16<CB>(st[0], st[1]), a1 = state_pair_f16<CB>(st[4], st[5]);
+        const uint32_t a2 = state_pair_f16<CB>(st[2], st[3]), a3 = state_pair_f16<CB>(st[6], st[7]);
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          const int rb = (nb * 8 + g) % N;  // B column g: row nb·8 + g (lanes past N read a row they discard)
+          const uint4 xv = *reinterpret_cast<const uint4*>(xh + ((tt * N + rb) * 4 + q) * 16);
+          cuda::mma16816(t[0][nb], a0, a1, a2, a3, xv.x, xv.y);  // hi
+          cuda::mma16816(t[1][nb], a0, a1, a2, a3, xv.z, xv.w);  // lo
         }
-        const int stop = min(step_end, ce);
+      }
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      // Lane (g, q) holds rows 2q, 2q + 1 (+8 for nb = 1) of output columns g, g + 8.
 #pragma unroll
-        for (int gg = 0; gg < G; ++gg) {
-          const int ii = step_start + gg;
-          if (ii < i || ii >= stop) continue;
-          const uint32_t* tw = sm + gg * kWords;
-          uint32_t st[8];
-          lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], lw.off, st);
-          const uint32_t b00 = state_pair_f16<CB>(st[0], st[1]), b01 = state_pair_f16<CB>(st[2], st[3]);
-          const uint32_t b10 = state_pair_f16<CB>(st[4], st[5]), b11 = state_pair_f16<CB>(st[6], st[7]);
-          const unsigned char* xt = xstage + size_t(ii - hb0 * 8) * rows_pad * 64;
-          uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-          if (has_g) xa = *reinterpret_cast<const uint4*>(xt + (g * 4 + q) * 16);
-          if (has_g8) xb = *reinterpret_cast<const uint4*>(xt + ((g + 8) * 4 + q) * 16);
-          float(&th)[2][4] = t[0];
-          float(&tl)[2][4] = t[1];
-          cuda::mma16816(th[0], xa.x, xb.x, xa.y, xb.y, b00, b01);  // hi, output columns 0–7 of the strip
-          cuda::mma16816(tl[0], xa.z, xb.z, xa.w, xb.w, b00, b01);  // lo
-          cuda::mma16816(th[1], xa.x, xb.x, xa.y, xb.y, b10, b11);  // hi, columns 8–15
-          cuda::mma16816(tl[1], xa.z, xb.z, xa.w, xb.w, b10, b11);  // lo
-          if ((ii + 1) % 8 == 0 || ii + 1 == ie) {  // the 128-block ends: fold it in with its scales
-            const int hh = ii / 8 - hb0;
-            const float d0 = has_g ? xscale[hh * kGemvMaxRows + g] : 0.0f;
-            const float d1 = has_g8 ? xscale[hh * kGemvMaxRows + g + 8] : 0.0f;
-#pragma unroll
-            for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-              for (int m = 0; m < 4; ++m) {
-                acc[nb][m] = fmaf(t[0][nb][m] + t[1][nb][m], m < 2 ? d0 : d1, acc[nb][m]);
-                t[0][nb][m] = t[1][nb][m] = 0.0f;
-              }
-          }
-        }
-        i = stop;
+      for (int nb = 0; nb < NB; ++nb) {
+        const float d0 = xscale[hh * N + min(nb * 8 + 2 * q, N - 1)];
+        const float d1 = xscale[hh * N + min(nb * 8 + 2 * q + 1, N - 1)];
+        acc[nb][0] = fmaf(t[0][nb][0] + t[1][nb][0], d0, acc[nb][0]);
+        acc[nb][1] = fmaf(t[0][nb][1] + t[1][nb][1], d1, acc[nb][1]);
+        acc[nb][2] = fmaf(t[0][nb][2] + t[1][nb][2], d0, acc[nb][2]);
+        acc[nb][3] = fmaf(t[0][nb][3] + t[1][nb][3], d1, acc[nb][3]);
       }
     }
-    cs = ce;
   }
-  // Lane (g, q) holds rows g and g + 8, strip columns 8·nb + 2q + {0, 1}.
+  cp_async_wait<0>();  // nothing may land in shared memory after the block leaves
   const int S = a.splits;
-  const int cb = warp * 16 + 2 * q;  // column within the block's 128
+  const int cw = warp * 16 + g;  // column within the block's 128 (and cw + 8)
   if (S == 1) {
 #pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-      if (has_g) zs[g][cb + 8 * nb] = acc[nb][0], zs[g][cb + 8 * nb + 1] = acc[nb][1];
-      if (has_g8) zs[g + 8][cb + 8 * nb] = acc[nb][2], zs[g + 8][cb + 8 * nb + 1] = acc[nb][3];
-    }
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = nb * 8 + 2 * q + h;
+        if (r < nrows) zs[r][cw] = acc[nb][h], zs[r][cw + 8] = acc[nb][2 + h];
+      }
     __syncthreads();
   } else {
-    float* out = a.part + int64_t(blockIdx.y) * a.part_rows * a.n + int64_t(blockIdx.x) * kHad + cb;
+    float* out = a.part + int64_t(blockIdx.y) * a.part_rows * a.n + int64_t(blockIdx.x) * kHad + cw;
     if (active) {
 #pragma unroll
-      for (int nb = 0; nb < 2; ++nb) {
-        const int64_t ra = Gather ? row0 : g, rb = g + 8;
-        if (has_g) out[ra * a.n + 8 * nb] = acc[nb][0], out[ra * a.n + 8 * nb + 1] = acc[nb][1];
-        if (has_g8) out[rb * a.n + 8 * nb] = acc[nb][2], out[rb * a.n + 8 * nb + 1] = acc[nb][3];
-      }
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = nb * 8 + 2 * q + h;
+          if (r >= nrows) continue;
+          out[int64_t(r) * a.n] = acc[nb][h];
+          out[int64_t(r) * a.n + 8] = acc[nb][2 + h];
+        }
     }
-    if (!last_split(a, row0, Gather, is_last)) return;
+    if (!last_split(a, 0, false, is_last)) return;
   }
-  finish_rows(a, zs, nrows, row0, Gather, e, warp, lane);
+  finish_rows(a, zs, nrows, 0, false, 0, warp, lane);
 }
 
 // One warp per tile: lane t decodes stream positions 8t .. 8t+7 and writes them at their elements.
@@ -545,9 +577,9 @@ __global__ void decode_kernel(const DecodeArgs a) {
 template <int K>
 void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
                    cudaStream_t stream);
-// The tensor-core GEMV (gemv_mma_kernel) for rows_pad (1 for the gather) ≤ 16.
+// The tensor-core GEMV (gemv_tc_kernel) for a matmul of rows_pad ≤ 16 rows.
 template <int K>
-void launch_gemv_mma_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream);
+void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, dim3 grid, cudaStream_t stream);
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream);
 
@@ -585,18 +617,35 @@ void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fu
   else launch_gemv_kc<K, kCb3Inst>(a, rows_pad, gather, fuse_in, grid, smem, stream);
 }
 
+template <int K, int CB, int N>
+void launch_gemv_tc_inst(const GemvArgs& a, dim3 grid, cudaStream_t stream) {
+  static const bool attr = [] {  // above 48 KB the kernel must opt in; it wants shared memory, not L1
+    const auto k = gemv_tc_kernel<K, CB, N>;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(tc_smem_bytes(K, N, tc_round_hb(N)))) == cudaSuccess &&
+           cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100) == cudaSuccess;
+  }();
+  (void)attr;
+  cuda::launch(gemv_tc_kernel<K, CB, N>, grid, dim3(kGemvWarps * 32), tc_smem_bytes(K, N, a.round_hb),
+               stream, "exl3 gemv (mma)", a);
+}
+
 template <int K, int CB>
-void launch_gemv_mma_kc(const GemvArgs& a, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
-  const size_t smem = mma_stage_bytes(rows_pad);
-  if (gather) cuda::launch(gemv_mma_kernel<K, CB, true>, grid, dim3(kGemvWarps * 32), smem, stream, "exl3 gemv (mma)", a, rows_pad);
-  else cuda::launch(gemv_mma_kernel<K, CB, false>, grid, dim3(kGemvWarps * 32), smem, stream, "exl3 gemv (mma)", a, rows_pad);
+void launch_gemv_tc_kc(const GemvArgs& a, int rows_pad, dim3 grid, cudaStream_t stream) {
+  switch (rows_pad) {
+    case 1: launch_gemv_tc_inst<K, CB, 1>(a, grid, stream); break;
+    case 2: launch_gemv_tc_inst<K, CB, 2>(a, grid, stream); break;
+    case 4: launch_gemv_tc_inst<K, CB, 4>(a, grid, stream); break;
+    case 8: launch_gemv_tc_inst<K, CB, 8>(a, grid, stream); break;
+    default: launch_gemv_tc_inst<K, CB, 16>(a, grid, stream); break;
+  }
 }
 
 template <int K>
-void launch_gemv_mma_k(const GemvArgs& a, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t stream) {
-  if (cb == kCbMul1) launch_gemv_mma_kc<K, kCbMul1>(a, rows_pad, gather, grid, stream);
-  else if (cb == kCbMcg) launch_gemv_mma_kc<K, kCbMcg>(a, rows_pad, gather, grid, stream);
-  else launch_gemv_mma_kc<K, kCb3Inst>(a, rows_pad, gather, grid, stream);
+void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, dim3 grid, cudaStream_t stream) {
+  if (cb == kCbMul1) launch_gemv_tc_kc<K, kCbMul1>(a, rows_pad, grid, stream);
+  else if (cb == kCbMcg) launch_gemv_tc_kc<K, kCbMcg>(a, rows_pad, grid, stream);
+  else launch_gemv_tc_kc<K, kCb3Inst>(a, rows_pad, grid, stream);
 }
 
 template <int K>
@@ -610,12 +659,12 @@ void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
 
 #define TANDEM_EXL3_CUDA_INSTANCE(K)                                                                          \
   template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);          \
-  template void launch_gemv_mma_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                    \
+  template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, dim3, cudaStream_t);                             \
   template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 #define TANDEM_EXL3_CUDA_EXTERN(K)                                                                            \
   extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);   \
-  extern template void launch_gemv_mma_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);             \
+  extern template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, dim3, cudaStream_t);                      \
   extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 }  // namespace tandem::exl3::kcuda

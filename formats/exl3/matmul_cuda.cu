@@ -4,7 +4,9 @@
 #include "formats/exl3/matmul_cuda.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "cuda_util.cuh"
@@ -158,18 +160,21 @@ void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bo
   check_launch("exl3 gemv");
 }
 
-void launch_gemv_mma(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, dim3 grid, cudaStream_t s) {
-  with_k(K, [&](auto k) { launch_gemv_mma_k<decltype(k)::value>(a, cb, rows_pad, gather, grid, s); });
+void launch_gemv_tc(const GemvArgs& a, int K, int cb, int rows_pad, dim3 grid, cudaStream_t s) {
+  with_k(K, [&](auto k) { launch_gemv_tc_k<decltype(k)::value>(a, cb, rows_pad, grid, s); });
   check_launch("exl3 gemv (mma)");
 }
 
-// TANDEM_EXL3_MMA=1: the tensor-core GEMV serves every matmul of ≤ 16 rows and every gather (one
-// kernel for all n, so a row's bits never depend on n). Opt-in: on the H200 it verifies 16 rows for
-// 3.2 decode steps (fp32 GEMV: 4.1) but one row takes 2.0x as long (Bolt in_proj 70 vs 35 µs,
-// 2026-11-30; the cause is not found: neither registers nor unrolling changed it), so plain decoding
-// loses more than drafting gains.
-bool use_mma() {
-  static const bool on = cuda::env_is_one("TANDEM_EXL3_MMA");
+// A matmul of ≤ 16 rows runs on the tensor-core GEMV (one kernel for every n, so a row's bits never
+// depend on n); TANDEM_EXL3_GEMV=fp32 selects the fp32 GEMV instead. On the H200 (2026-11-30) the
+// tensor-core one takes Bolt's 2.0 matrices from 4.45 to 4.29 ms per token at one row (lm_head
+// 247 → 191 µs) and verifies 16 rows for 3.5 decode steps (fp32: 4.5). Gathers, one row per block
+// either way, stay on the fp32 GEMV: 12.1 µs for Bolt's routed experts against 13.3.
+bool use_tc() {
+  static const bool on = [] {
+    const char* e = std::getenv("TANDEM_EXL3_GEMV");
+    return !(e && std::string(e) == "fp32");
+  }();
   return on;
 }
 
@@ -208,11 +213,12 @@ struct GemvPlan {
   size_t smem = 0;
   unsigned blocks_x = 0;
 };
-GemvPlan plan_gemv(const DeviceWeights& w, int rows_pad) {
+GemvPlan plan_gemv(const DeviceWeights& w, int rows_pad, bool gather = false) {
   GemvPlan p;
   const int tiles_k = int(w.k / 16), strips = int(w.n / 16);
-  p.splits = gemv_splits(w.k, w.n);
-  p.tiles_per_split = (tiles_k + p.splits - 1) / p.splits;
+  p.splits = gemv_splits(w.k, w.n, gather);
+  // Whole 128-blocks per split (the tensor-core GEMV folds its scales per 128-block).
+  p.tiles_per_split = ((tiles_k + p.splits - 1) / p.splits + 7) / 8 * 8;
   int nhb = 0;
   for (int s = 0; s < p.splits; ++s) {
     const int ib = s * p.tiles_per_split, ie = std::min(ib + p.tiles_per_split, tiles_k);
@@ -235,14 +241,32 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
-int gemv_splits(int64_t k, int64_t n) {
-  const int64_t tiles_k = k / 16, strips = n / 16;
-  int s = 1;
-  // Enough warps to fill the GPU, but at least 16 tiles per split. An H200 holds 132 SMs × 4 blocks
-  // × 8 warps at this kernel's registers; with a 2048-warp target Mamba's in_proj ran 0.55 waves
-  // (Nsight Compute: 15 active warps per SM, issue slots 55 % busy).
-  while (strips * s < 4096 && tiles_k / (2 * s) >= 16) s *= 2;
-  return s;
+int gemv_splits(int64_t k, int64_t n, bool gather) {
+  const int tiles_k = int(k / 16), blocks_x = int((n / 16 + kGemvWarps - 1) / kGemvWarps);
+  static const double sms = [] {
+    int dev = 0, count = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    return double(std::max(1, count));
+  }();
+  // A gather launches a block column per row: cost it for the 8 rows of a typical decode step (a
+  // fixed guess, so that the split count stays a function of the shape alone).
+  const int64_t cols = int64_t(blocks_x) * (gather ? 8 : 1);
+  const int overhead = gather ? 16 : 8;  // a block's fixed cost in tiles per warp (ids, rotation, output)
+  // The busiest SM's time: ceil(blocks per SM) × (tiles per split + the fixed cost), stretched when
+  // fewer than 3 blocks per SM leave its warps latency-bound. Measured on the H200 (2026-11-30) against
+  // power-of-two splits: Bolt's in_proj 31.7 µs (kept), shared up 14.3 → 12.7, shared down 13.2 → 12.7,
+  // routed gathers 14.2 → 13.3 µs.
+  int best = 1;
+  double best_cost = -1;
+  for (int s = 1; s <= std::max(1, tiles_k / 16); ++s) {
+    const int tps = ((tiles_k + s - 1) / s + 7) / 8 * 8;  // whole 128-blocks (plan_gemv)
+    if ((tiles_k + tps - 1) / tps != s) continue;          // a split without work
+    const double per_sm = double(cols * s) / sms;
+    const double cost = std::ceil(per_sm) * (tps + overhead) * std::max(1.0, 3.0 / per_sm);
+    if (best_cost < 0 || cost < best_cost - 1e-9) best = s, best_cost = cost;
+  }
+  return best;
 }
 
 size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
@@ -269,7 +293,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
-    const bool mma = use_mma();
+    const bool mma = use_tc();
     float* xh = nullptr;
     if (!p.fuse_in && !mma) {
       xh = reinterpret_cast<float*>(ws);
@@ -285,7 +309,8 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     a.part = reinterpret_cast<float*>(ws), a.counters = counters;
     a.rows = int(rows), a.part_rows = int(rows);
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
-    if (mma) launch_gemv_mma(a, w.K, w.cb, pad, false, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
+    a.round_hb = std::min(tc_round_hb(pad), p.tiles_per_split / 8);
+    if (mma) launch_gemv_tc(a, w.K, w.cb, pad, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
@@ -318,20 +343,19 @@ int64_t gather_chunk(int64_t rows, int per_x) {
 
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
   const int64_t rc = gather_chunk(rows, per_x);
-  const GemvPlan p = plan_gemv(w, 1);
+  const GemvPlan p = plan_gemv(w, 1, true);
   return (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
          (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
 }
 
 size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
-  const GemvPlan p = plan_gemv(w, 1);
+  const GemvPlan p = plan_gemv(w, 1, true);
   return p.splits > 1 ? size_t(p.blocks_x) * size_t(gather_chunk(rows, per_x)) : 0;
 }
 
 void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t* ids, int per_x, int64_t rows,
                           float* y, void* workspace, unsigned* counters, cudaStream_t stream) {
-  const GemvPlan p = plan_gemv(w, 1);
-  const bool mma = use_mma();
+  const GemvPlan p = plan_gemv(w, 1, true);
   // Rounds of whole x rows (a multiple of per_x output rows), so x advances by rows too.
   const int64_t chunk = std::max<int64_t>(per_x, kRowChunk / per_x * per_x);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -341,7 +365,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
     float* xh = nullptr;
-    if (!p.fuse_in && !mma) {
+    if (!p.fuse_in) {
       xh = reinterpret_cast<float*>(ws);
       ws += align256(size_t(rc * w.k) * 4);
       rotate_in(w, x_c, per_x, ids_c, rc, true, xh, stream);
@@ -356,8 +380,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     a.part = reinterpret_cast<float*>(ws), a.counters = counters, a.part_rows = int(rc);
     a.ids = ids_c, a.n_experts = w.n_experts;
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y_c;
-    if (mma) launch_gemv_mma(a, w.K, w.cb, 1, true, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), stream);
-    else launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
+    launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
   }
 }
 

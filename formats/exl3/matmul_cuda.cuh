@@ -27,7 +27,7 @@ struct DeviceWeights {
 };
 
 // Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
-int gemv_splits(int64_t k, int64_t n);
+int gemv_splits(int64_t k, int64_t n, bool gather);
 
 // Scratch of a call: `workspace` bytes (any contents; may be null when 0) and `counters` unsigned
 // split-arrival counters, which must be zero on entry and are zero again when the call's kernels
