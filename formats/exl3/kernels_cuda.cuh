@@ -1,10 +1,11 @@
-// EXL3 CUDA kernels that are instantiated per K (bits per weight) in generated files: the GEMV that
-// serves matmul for n ≤ 16 rows and the expert gather, and the tile decoder behind prefill. The
-// prefill rotations and GEMM and the dispatch live in matmul_cuda.cu.
+// EXL3 CUDA kernels that are instantiated per K (bits per weight) in generated files: the two GEMVs
+// (the tensor-core one serves a matmul of n ≤ 16 rows, the fp32 one the expert gather, and either
+// both when TANDEM_EXL3_GEMV=fp32), and the tile decoder behind prefill. The prefill rotations and
+// GEMM and the dispatch live in matmul_cuda.cu.
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued on the
 // stream; nothing here synchronizes.
 //
-// GEMV work split. A warp owns one 16-column strip j of Ŵ and the k tiles of one split; the 8 warps
+// fp32 GEMV work split. A warp owns one 16-column strip j of Ŵ and the k tiles of one split; the 8 warps
 // of a block own 8 adjacent strips (one 128-column output Hadamard block), so the block's loads for
 // one tile row are contiguous. Per step a warp loads 32 / (2K) tiles with one 16-byte load per lane
 // into its shared-memory slot (kGemvDepth steps are in flight), then every lane decodes its 8
