@@ -77,17 +77,23 @@ __device__ __forceinline__ int fragment_at(int e) {
   return tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
 }
 
-// The warp's rotated 128-block b of x row xr (zero-extended past in_features, times su) into out
-// (fragment order when `fragment`).
-__device__ __forceinline__ void rotate_block(const float* x, int64_t in_features, int64_t xr, const float* su,
-                                             int64_t b, int lane, bool fragment, float* out) {
-  float v[4];
+// Lane's values 4·lane .. 4·lane+3 of the rotated 128-block b of x row xr (zero-extended past
+// in_features, times su).
+__device__ __forceinline__ void rotated_values(const float* x, int64_t in_features, int64_t xr, const float* su,
+                                               int64_t b, int lane, float (&v)[4]) {
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     const int64_t i = b * kHad + lane * 4 + m;
     v[m] = i < in_features ? x[xr * in_features + i] * su[i] : 0.0f;
   }
   fwht128(v, lane);
+}
+
+// The warp's rotated 128-block b of x row xr into out (fragment order when `fragment`).
+__device__ __forceinline__ void rotate_block(const float* x, int64_t in_features, int64_t xr, const float* su,
+                                             int64_t b, int lane, bool fragment, float* out) {
+  float v[4];
+  rotated_values(x, in_features, xr, su, b, lane, v);
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     const int e = lane * 4 + m;
@@ -455,14 +461,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
     for (int task = warp; task < N * nhb; task += kGemvWarps) {
       const int r = task / nhb, hh = task % nhb;
       float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (r < nrows) {
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const int64_t i = int64_t(cs + hh) * kHad + lane * 4 + m;
-          v[m] = i < a.in_features ? a.x[r * a.in_features + i] * su[i] : 0.0f;
-        }
-        fwht128(v, lane);
-      }
+      if (r < nrows) rotated_values(a.x, a.in_features, r, su, cs + hh, lane, v);
       float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));

@@ -167,9 +167,9 @@ void launch_gemv_tc(const GemvArgs& a, int K, int cb, int rows_pad, dim3 grid, c
 
 // A matmul of ≤ 16 rows runs on the tensor-core GEMV (one kernel for every n, so a row's bits never
 // depend on n); TANDEM_EXL3_GEMV=fp32 selects the fp32 GEMV instead. On the H200 (2026-11-30) the
-// tensor-core one takes Bolt's 2.0 matrices from 4.45 to 4.29 ms per token at one row (lm_head
-// 247 → 191 µs) and verifies 16 rows for 3.5 decode steps (fp32: 4.5). Gathers, one row per block
-// either way, stay on the fp32 GEMV: 12.1 µs for Bolt's routed experts against 13.3.
+// tensor-core one runs Bolt's 2.0 matrices other than the gathers faster at one row (in_proj 34.9 →
+// 31.6 µs, lm_head 247.7 → 188 µs) and verifies 16 rows for 3.2 decode steps (fp32: 4.1). Gathers,
+// one row per block either way, stay on the fp32 GEMV: 12.1 µs for Bolt's routed experts against 13.3.
 bool use_tc() {
   static const bool on = [] {
     const char* e = std::getenv("TANDEM_EXL3_GEMV");
@@ -205,6 +205,9 @@ int rows_pad_of(int64_t rows) {
   return p;
 }
 
+// Tiles per split of `splits`: whole 128-blocks (the tensor-core GEMV folds its scales per 128-block).
+int split_tiles(int tiles_k, int splits) { return ((tiles_k + splits - 1) / splits + 7) / 8 * 8; }
+
 // The decode GEMV's shape for `rows_pad` rows (1 for the gather): splits, tiles per split, and whether
 // each block rotates its own input (FuseIn; `smem` bytes of shared memory) instead of rotate_in.
 struct GemvPlan {
@@ -217,8 +220,7 @@ GemvPlan plan_gemv(const DeviceWeights& w, int rows_pad, bool gather = false) {
   GemvPlan p;
   const int tiles_k = int(w.k / 16), strips = int(w.n / 16);
   p.splits = gemv_splits(w.k, w.n, gather);
-  // Whole 128-blocks per split (the tensor-core GEMV folds its scales per 128-block).
-  p.tiles_per_split = ((tiles_k + p.splits - 1) / p.splits + 7) / 8 * 8;
+  p.tiles_per_split = split_tiles(tiles_k, p.splits);
   int nhb = 0;
   for (int s = 0; s < p.splits; ++s) {
     const int ib = s * p.tiles_per_split, ie = std::min(ib + p.tiles_per_split, tiles_k);
@@ -260,7 +262,7 @@ int gemv_splits(int64_t k, int64_t n, bool gather) {
   int best = 1;
   double best_cost = -1;
   for (int s = 1; s <= std::max(1, tiles_k / 16); ++s) {
-    const int tps = ((tiles_k + s - 1) / s + 7) / 8 * 8;  // whole 128-blocks (plan_gemv)
+    const int tps = split_tiles(tiles_k, s);
     if ((tiles_k + tps - 1) / tps != s) continue;          // a split without work
     const double per_sm = double(cols * s) / sms;
     const double cost = std::ceil(per_sm) * (tps + overhead) * std::max(1.0, 3.0 / per_sm);
@@ -273,7 +275,7 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
-    const size_t xh = p.fuse_in ? 0 : align256(size_t(pad * w.k) * 4);
+    const size_t xh = p.fuse_in || use_tc() ? 0 : align256(size_t(pad * w.k) * 4);
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
   const int64_t C = prefill_chunk(w);
@@ -293,9 +295,9 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
-    const bool mma = use_tc();
+    const bool tc = use_tc();
     float* xh = nullptr;
-    if (!p.fuse_in && !mma) {
+    if (!p.fuse_in && !tc) {
       xh = reinterpret_cast<float*>(ws);
       ws += align256(size_t(pad * w.k) * 4);
       rotate_in(w, x, 1, nullptr, rows, true, xh, stream);
@@ -310,7 +312,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     a.rows = int(rows), a.part_rows = int(rows);
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
     a.round_hb = std::min(tc_round_hb(pad), p.tiles_per_split / 8);
-    if (mma) launch_gemv_tc(a, w.K, w.cb, pad, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
+    if (tc) launch_gemv_tc(a, w.K, w.cb, pad, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
