@@ -388,15 +388,23 @@ struct TcRing {
   static constexpr int kPerLane = (kPieces + 31) / 32;
 };
 constexpr int kTcStageBytes = 16 << 10;  // staged activations per round
-__host__ __device__ constexpr int tc_round_hb(int rows_pad) {
-  return kTcStageBytes / (512 * rows_pad) < 64 ? kTcStageBytes / (512 * rows_pad) : 64;
+// Staged bytes per 128-block and row: 8 tiles × 4 lane classes × 16 B (fp16 hi, lo), twice that for
+// the int8 GEMV (two limbs of 4 byte-replicated values).
+__host__ __device__ constexpr int tc_stage_bytes(bool i8) { return i8 ? 1024 : 512; }
+__host__ __device__ constexpr int tc_round_hb(int rows_pad, bool i8) {
+  return kTcStageBytes / (tc_stage_bytes(i8) * rows_pad) < 64 ? kTcStageBytes / (tc_stage_bytes(i8) * rows_pad) : 64;
 }
 // Dynamic shared memory of one block: the warps' rings, the staged round of `round_hb` 128-blocks
-// (at most tc_round_hb, at most the split), the outputs, the round's scales.
-__host__ __device__ constexpr size_t tc_smem_bytes(int K, int rows_pad, int round_hb) {
-  return size_t(kGemvWarps) * tc_ring_depth(K) * 256 * size_t(K) + size_t(round_hb) * 512 * size_t(rows_pad) +
-         size_t(rows_pad) * kHad * 4 + size_t(round_hb) * rows_pad * 4;
+// (at most tc_round_hb, at most the split), the outputs, the round's scales (and int8 bias terms).
+__host__ __device__ constexpr size_t tc_smem_bytes(int K, int rows_pad, int round_hb, bool i8) {
+  return size_t(kGemvWarps) * tc_ring_depth(K) * 256 * size_t(K) +
+         size_t(round_hb) * tc_stage_bytes(i8) * size_t(rows_pad) + size_t(rows_pad) * kHad * 4 +
+         size_t(round_hb) * rows_pad * 4 * (i8 ? 2 : 1);
 }
+// mul1's value of byte sum bs is fp16(k·(1024 + bs) + c) (spec/formats.md § 5.6); unrounded that is
+// kMul1Scale·bs + kMul1Bias, both exact in float.
+constexpr float kMul1Scale = 0.00676727294921875f;  // fp16 0x1EEE = 1774 · 2^−18
+constexpr float kMul1Bias = -3.453125f;             // 1024 · kMul1Scale + fp16 0xC931 (−10.3828125)
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
@@ -406,16 +414,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-template <int K, int CB, int N>
+template <int K, int CB, int N, bool I8>
 __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel(const GemvArgs a) {
+  static_assert(!I8 || CB == kCbMul1, "the int8 GEMV is mul1's affine form");
   using Ring = TcRing<K>;
-  constexpr int D = Ring::D, NB = N > 8 ? 2 : 1;
+  // n-blocks of 8 B columns: fp16 one per 8 rows; int8 one per 4 rows (a row's two limbs are columns).
+  constexpr int D = Ring::D, NB = I8 ? (2 * N + 7) / 8 : (N > 8 ? 2 : 1);
+  constexpr int kStage = tc_stage_bytes(I8);
   const int R = a.round_hb;
   extern __shared__ __align__(16) unsigned char tc_smem[];
   uint32_t* ring = reinterpret_cast<uint32_t*>(tc_smem);  // [warp][D][kSlotWords]
-  unsigned char* xstage = tc_smem + size_t(kGemvWarps) * D * Ring::kSlotWords * 4;  // [R·8 tiles][N][4][16 B]
-  float(*zs)[kHad] = reinterpret_cast<float(*)[kHad]>(xstage + size_t(R) * 512 * N);  // [N][128]
-  float* xscale = &zs[N][0];                                                            // [R][N]
+  // fp16: [R·8 tiles][N][4 q][16 B]; int8: [R·8 tiles][N][2 limbs][4 q][16 B]
+  unsigned char* xstage = tc_smem + size_t(kGemvWarps) * D * Ring::kSlotWords * 4;
+  float(*zs)[kHad] = reinterpret_cast<float(*)[kHad]>(xstage + size_t(R) * kStage * N);  // [N][128]
+  float* xscale = &zs[N][0];                                                               // [R][N]
+  float* xbias = xscale + R * N;  // int8: [R][N] kMul1Bias · the block's limb sum
   __shared__ int is_last;
   const GemvBlock<false> blk(a);
   const int warp = blk.warp, lane = blk.lane;
@@ -465,6 +478,25 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      if constexpr (I8) {
+        // x ≈ down/128 · (128·q1 + q2), the limbs byte-replicated (one per byte of a weight's product).
+        const cuda::Pow2Scale sc = cuda::pow2_scale_i8(mx);  // per (row, 128-block)
+        int qsum = 0;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
+          const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
+          int q1, q2;
+          cuda::split_i8(v[m] * sc.up, q1, q2);
+          qsum += 128 * q1 + q2;
+          uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + tt) * N + r) * 128 + qq * 16);
+          base[h * 2 + jj] = (uint32_t(q1) & 0xFFu) * 0x01010101u;
+          base[16 + h * 2 + jj] = (uint32_t(q2) & 0xFFu) * 0x01010101u;
+        }
+        qsum = __reduce_add_sync(0xffffffffu, qsum);
+        if (lane == 0) xscale[hh * N + r] = sc.down * (1.0f / 128.0f), xbias[hh * N + r] = kMul1Bias * float(qsum);
+        continue;
+      }
       const cuda::Pow2Scale sc = cuda::pow2_scale(mx);  // per (row, 128-block)
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
@@ -486,7 +518,41 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       cp_async_wait<D - 1>();
       __syncwarp();
       const uint32_t* sw = my_ring + (hb % D) * Ring::kSlotWords;
-      const unsigned char* xh = xstage + size_t(hh) * 8 * N * 64;
+      const unsigned char* xh = xstage + size_t(hh) * kStage * N;
+      if constexpr (I8) {
+        // Σ over the block of limb · byte, per byte of each weight's mul1 product x = s·0x83DCD12D:
+        // a lane's 8 products are its A fragments of two m16n8k32 (inputs 2q, 2q+1 | 2q+8, 2q+9 as k
+        // groups q and q+4), and B column g is row (nb·4 + g/2), limb g & 1.
+        int t8[NB][4] = {};
+#pragma unroll
+        for (int tt = 0; tt < 8; ++tt) {
+          const uint32_t* tw = sw + tt * (8 * K);
+          uint32_t x[8];
+          lane_states<K>(tw[lw.w0], tw[lw.w1], tw[lw.w2], off, x);
+#pragma unroll
+          for (int m = 0; m < 8; ++m) x[m] *= 0x83DCD12Du;
+#pragma unroll
+          for (int nb = 0; nb < NB; ++nb) {
+            const int rb = (nb * 4 + g / 2) % N;  // lanes past the rows read a row they discard
+            const uint4 xv = *reinterpret_cast<const uint4*>(xh + size_t(tt * N + rb) * 128 + (g & 1) * 64 + q * 16);
+            cuda::mma16832_u8s8(t8[nb], x[0], x[4], x[1], x[5], xv.x, xv.y);
+            cuda::mma16832_u8s8(t8[nb], x[2], x[6], x[3], x[7], xv.z, xv.w);
+          }
+        }
+        __syncwarp();
+        // Lane (g, q) holds row nb·4 + q of output columns g (t8 0, 1: limbs) and g + 8 (2, 3). The
+        // block's Σ x·v = down/128 · (kMul1Scale · Σ(128·q1 + q2)·bs + kMul1Bias · Σ(128·q1 + q2)).
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          const int rr = min(nb * 4 + q, N - 1);
+          const float dn = xscale[hh * N + rr], cb = xbias[hh * N + rr];
+          const float s0 = fmaf(float(t8[nb][0]), 128.0f, float(t8[nb][1]));
+          const float s2 = fmaf(float(t8[nb][2]), 128.0f, float(t8[nb][3]));
+          acc[nb][0] = fmaf(fmaf(kMul1Scale, s0, cb), dn, acc[nb][0]);
+          acc[nb][1] = fmaf(fmaf(kMul1Scale, s2, cb), dn, acc[nb][1]);
+        }
+        continue;
+      }
       float t[2][NB][4] = {};  // hi and lo products: two accumulation chains
 #pragma unroll
       for (int tt = 0; tt < 8; ++tt) {
@@ -519,13 +585,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
   cp_async_wait<0>();  // nothing may land in shared memory after the block leaves
   const int S = a.splits;
   const int cw = warp * 16 + g;  // column within the block's 128 (and cw + 8)
+  // A lane's (row, column g, column g + 8) values: fp16 rows nb·8 + 2q + h in acc h and 2 + h; int8 row
+  // nb·4 + q in acc 0 and 1.
+  constexpr int H = I8 ? 1 : 2;
+  auto row_of = [&](int nb, int h) { return I8 ? nb * 4 + q : nb * 8 + 2 * q + h; };
   if (S == 1) {
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = nb * 8 + 2 * q + h;
-        if (r < nrows) zs[r][cw] = acc[nb][h], zs[r][cw + 8] = acc[nb][2 + h];
+      for (int h = 0; h < H; ++h) {
+        const int r = row_of(nb, h);
+        if (r < nrows) zs[r][cw] = acc[nb][h], zs[r][cw + 8] = acc[nb][H + h];
       }
     __syncthreads();
   } else {
@@ -534,11 +604,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = nb * 8 + 2 * q + h;
+        for (int h = 0; h < H; ++h) {
+          const int r = row_of(nb, h);
           if (r >= nrows) continue;
           out[int64_t(r) * a.n] = acc[nb][h];
-          out[int64_t(r) * a.n + 8] = acc[nb][2 + h];
+          out[int64_t(r) * a.n + 8] = acc[nb][H + h];
         }
     }
     if (!last_split(a, 0, false, is_last)) return;
@@ -577,9 +647,10 @@ __global__ void decode_kernel(const DecodeArgs a) {
 template <int K>
 void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
                    cudaStream_t stream);
-// The tensor-core GEMV (gemv_tc_kernel) for a matmul of rows_pad ≤ 16 rows.
+// The tensor-core GEMV (gemv_tc_kernel) for a matmul of rows_pad ≤ 16 rows; `i8` (mul1 only): the
+// int8 form.
 template <int K>
-void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, dim3 grid, cudaStream_t stream);
+void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, bool i8, dim3 grid, cudaStream_t stream);
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream);
 
@@ -617,35 +688,36 @@ void launch_gemv_k(const GemvArgs& a, int cb, int rows_pad, bool gather, bool fu
   else launch_gemv_kc<K, kCb3Inst>(a, rows_pad, gather, fuse_in, grid, smem, stream);
 }
 
-template <int K, int CB, int N>
+template <int K, int CB, int N, bool I8>
 void launch_gemv_tc_inst(const GemvArgs& a, dim3 grid, cudaStream_t stream) {
   static const bool attr = [] {  // above 48 KB the kernel must opt in; it wants shared memory, not L1
-    const auto k = gemv_tc_kernel<K, CB, N>;
+    const auto k = gemv_tc_kernel<K, CB, N, I8>;
     return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(tc_smem_bytes(K, N, tc_round_hb(N)))) == cudaSuccess &&
+                                int(tc_smem_bytes(K, N, tc_round_hb(N, I8), I8))) == cudaSuccess &&
            cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100) == cudaSuccess;
   }();
   (void)attr;
-  cuda::launch(gemv_tc_kernel<K, CB, N>, grid, dim3(kGemvWarps * 32), tc_smem_bytes(K, N, a.round_hb),
-               stream, "exl3 gemv (mma)", a);
+  cuda::launch(gemv_tc_kernel<K, CB, N, I8>, grid, dim3(kGemvWarps * 32), tc_smem_bytes(K, N, a.round_hb, I8),
+               stream, I8 ? "exl3 gemv (int8 mma)" : "exl3 gemv (mma)", a);
 }
 
-template <int K, int CB>
+template <int K, int CB, bool I8>
 void launch_gemv_tc_kc(const GemvArgs& a, int rows_pad, dim3 grid, cudaStream_t stream) {
   switch (rows_pad) {
-    case 1: launch_gemv_tc_inst<K, CB, 1>(a, grid, stream); break;
-    case 2: launch_gemv_tc_inst<K, CB, 2>(a, grid, stream); break;
-    case 4: launch_gemv_tc_inst<K, CB, 4>(a, grid, stream); break;
-    case 8: launch_gemv_tc_inst<K, CB, 8>(a, grid, stream); break;
-    default: launch_gemv_tc_inst<K, CB, 16>(a, grid, stream); break;
+    case 1: launch_gemv_tc_inst<K, CB, 1, I8>(a, grid, stream); break;
+    case 2: launch_gemv_tc_inst<K, CB, 2, I8>(a, grid, stream); break;
+    case 4: launch_gemv_tc_inst<K, CB, 4, I8>(a, grid, stream); break;
+    case 8: launch_gemv_tc_inst<K, CB, 8, I8>(a, grid, stream); break;
+    default: launch_gemv_tc_inst<K, CB, 16, I8>(a, grid, stream); break;
   }
 }
 
 template <int K>
-void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, dim3 grid, cudaStream_t stream) {
-  if (cb == kCbMul1) launch_gemv_tc_kc<K, kCbMul1>(a, rows_pad, grid, stream);
-  else if (cb == kCbMcg) launch_gemv_tc_kc<K, kCbMcg>(a, rows_pad, grid, stream);
-  else launch_gemv_tc_kc<K, kCb3Inst>(a, rows_pad, grid, stream);
+void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, bool i8, dim3 grid, cudaStream_t stream) {
+  if (cb == kCbMul1 && i8) launch_gemv_tc_kc<K, kCbMul1, true>(a, rows_pad, grid, stream);
+  else if (cb == kCbMul1) launch_gemv_tc_kc<K, kCbMul1, false>(a, rows_pad, grid, stream);
+  else if (cb == kCbMcg) launch_gemv_tc_kc<K, kCbMcg, false>(a, rows_pad, grid, stream);
+  else launch_gemv_tc_kc<K, kCb3Inst, false>(a, rows_pad, grid, stream);
 }
 
 template <int K>
@@ -659,12 +731,12 @@ void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
 
 #define TANDEM_EXL3_CUDA_INSTANCE(K)                                                                          \
   template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);          \
-  template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, dim3, cudaStream_t);                             \
+  template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                       \
   template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 #define TANDEM_EXL3_CUDA_EXTERN(K)                                                                            \
   extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);   \
-  extern template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, dim3, cudaStream_t);                      \
+  extern template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                \
   extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
 
 }  // namespace tandem::exl3::kcuda

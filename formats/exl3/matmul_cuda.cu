@@ -160,22 +160,9 @@ void launch_gemv(const GemvArgs& a, int K, int cb, int rows_pad, bool gather, bo
   check_launch("exl3 gemv");
 }
 
-void launch_gemv_tc(const GemvArgs& a, int K, int cb, int rows_pad, dim3 grid, cudaStream_t s) {
-  with_k(K, [&](auto k) { launch_gemv_tc_k<decltype(k)::value>(a, cb, rows_pad, grid, s); });
+void launch_gemv_tc(const GemvArgs& a, int K, int cb, int rows_pad, bool i8, dim3 grid, cudaStream_t s) {
+  with_k(K, [&](auto k) { launch_gemv_tc_k<decltype(k)::value>(a, cb, rows_pad, i8, grid, s); });
   check_launch("exl3 gemv (mma)");
-}
-
-// A matmul of ≤ 16 rows runs on the tensor-core GEMV (one kernel for every n, so a row's bits never
-// depend on n); TANDEM_EXL3_GEMV=fp32 selects the fp32 GEMV instead. On the H200 (2026-11-30) the
-// tensor-core one runs Bolt's 2.0 matrices other than the gathers faster at one row (in_proj 34.9 →
-// 31.6 µs, lm_head 247.7 → 188 µs) and verifies 16 rows for 3.2 decode steps (fp32: 4.1). Gathers,
-// one row per block either way, stay on the fp32 GEMV: 12.1 µs for Bolt's routed experts against 13.3.
-bool use_tc() {
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_EXL3_GEMV");
-    return !(e && std::string(e) == "fp32");
-  }();
-  return on;
 }
 
 void launch_decode(const DecodeArgs& a, int K, int cb, cudaStream_t s) {
@@ -243,6 +230,30 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
+// Which GEMV a matmul of ≤ 16 rows runs (one kernel for every n, so a row's bits never depend on n),
+// from TANDEM_EXL3_GEMV:
+// - int8 (the default): mul1 weights on the int8 tensor-core GEMV, the others on the fp16 one. mul1's
+//   value is an affine function of a byte sum rounded to fp16; the int8 GEMV sums the products' bytes
+//   times two int8 limbs of the activations on the tensor cores and applies the affine map per output,
+//   without the per-weight rounding: each weight is off by at most half an fp16 ulp (|v| · 2^−11) and
+//   each activation by 2^−8 of its 128-block's scale (docs/formats/exl3.md gives the measured error).
+// - fp16: every codebook on the fp16 tensor-core GEMV, exact products of the fp16 weights (error
+//   against the CPU ≤ 1e-5 of max |y|).
+// - fp32: the fp32 GEMV.
+// Gathers, one row per block, stay on the fp32 GEMV (12.1 µs for Bolt's routed experts against 13.3
+// on the fp16 tensor-core one, H200 2026-11-30).
+GemvMode gemv_mode() {
+  static const GemvMode mode = [] {
+    const char* e = std::getenv("TANDEM_EXL3_GEMV");
+    const std::string v = e ? e : "";
+    if (v.empty() || v == "int8") return GemvMode::kInt8;
+    if (v == "fp16") return GemvMode::kFp16;
+    if (v == "fp32") return GemvMode::kFp32;
+    fail("TANDEM_EXL3_GEMV: unknown value '", v, "' (int8, fp16 or fp32)");
+  }();
+  return mode;
+}
+
 int gemv_splits(int64_t k, int64_t n, bool gather) {
   const int tiles_k = int(k / 16), blocks_x = int((n / 16 + kGemvWarps - 1) / kGemvWarps);
   static const double sms = [] {
@@ -275,7 +286,7 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
-    const size_t xh = p.fuse_in || use_tc() ? 0 : align256(size_t(pad * w.k) * 4);
+    const size_t xh = p.fuse_in || gemv_mode() != GemvMode::kFp32 ? 0 : align256(size_t(pad * w.k) * 4);
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
   const int64_t C = prefill_chunk(w);
@@ -295,7 +306,8 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   if (rows <= kGemvMaxRows) {
     const int pad = rows_pad_of(rows);
     const GemvPlan p = plan_gemv(w, pad);
-    const bool tc = use_tc();
+    const bool tc = gemv_mode() != GemvMode::kFp32;
+    const bool i8 = gemv_mode() == GemvMode::kInt8 && w.cb == kCbMul1;
     float* xh = nullptr;
     if (!p.fuse_in && !tc) {
       xh = reinterpret_cast<float*>(ws);
@@ -311,8 +323,8 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     a.part = reinterpret_cast<float*>(ws), a.counters = counters;
     a.rows = int(rows), a.part_rows = int(rows);
     a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
-    a.round_hb = std::min(tc_round_hb(pad), p.tiles_per_split / 8);
-    if (tc) launch_gemv_tc(a, w.K, w.cb, pad, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
+    a.round_hb = std::min(tc_round_hb(pad, i8), p.tiles_per_split / 8);
+    if (tc) launch_gemv_tc(a, w.K, w.cb, pad, i8, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }

@@ -26,6 +26,10 @@ struct DeviceWeights {
   int n_experts = 1;
 };
 
+// The GEMV of matmuls of ≤ 16 rows, from TANDEM_EXL3_GEMV (matmul_cuda.cu; an unknown value fails).
+enum class GemvMode { kInt8, kFp16, kFp32 };
+GemvMode gemv_mode();
+
 // Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
 int gemv_splits(int64_t k, int64_t n, bool gather);
 

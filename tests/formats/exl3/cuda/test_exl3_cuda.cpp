@@ -62,6 +62,12 @@ double rel_err(const float* got, const std::vector<double>& want, size_t count) 
 }
 
 constexpr double kTol = 1e-5;
+// mul1 on the int8 GEMV (TANDEM_EXL3_GEMV unset or int8): unrounded weights (≤ half an fp16 ulp each) and
+// two int8 limbs per activation (≤ 2^−8 of the block's scale), about 1e-4 of max |y| (matmul_cuda.cu).
+constexpr double kTolInt8 = 1e-3;
+double matmul_tol(int cb) {
+  return kcuda::gemv_mode() == kcuda::GemvMode::kInt8 && cb == int(Codebook::kMul1) ? kTolInt8 : kTol;
+}
 
 struct Case {
   int64_t out, in;  // the model's shape
@@ -82,9 +88,11 @@ class Exl3Cuda : public ::testing::TestWithParam<int> {
 
 TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant) {
   const int K = GetParam();
-  double worst = 0;
+  double worst = 0, worst_i8 = 0;
   for (int cb = 0; cb < 3; ++cb)
     for (const Case& c : kCases) {
+      const double tol = matmul_tol(cb);
+      double& w8 = tol == kTol ? worst : worst_i8;
       const std::string what = "K " + std::to_string(K) + " " + codebook_name(Codebook(cb)) + " [" +
                                std::to_string(c.out) + ", " + std::to_string(c.in) + "]";
       GroupBuilder b;
@@ -108,15 +116,16 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant)
         std::copy(y.begin(), y.end(), single.begin() + i * c.out);
       }
       const double e1 = rel_err(single.data(), want, single.size());
-      EXPECT_LE(e1, kTol) << what << " n 1";
-      worst = std::max(worst, e1);
+      EXPECT_LE(e1, tol) << what << " n 1";
+      w8 = std::max(w8, e1);
       for (int64_t n = 2; n <= N; n = n == 16 ? N : n + 1) {
         Dev dy = poisoned(*be, size_t(n * c.out));
         gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
         auto y = download(*be, dy);
         const double e = rel_err(y.data(), want, y.size());
-        EXPECT_LE(e, kTol) << what << " n " << n;
-        worst = std::max(worst, e);
+        EXPECT_LE(e, tol) << what << " n " << n;
+        if (n > 16) worst = std::max(worst, e);  // above 16 rows the prefill path: exact products
+        else w8 = std::max(w8, e);
         if (n <= 16) {  // the decode GEMV: every row has its single-row bits
           for (int64_t i = 0; i < n; ++i) {
             EXPECT_TRUE(same_bits(y.data() + i * c.out, single.data() + i * c.out, size_t(c.out)))
@@ -132,6 +141,9 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant)
       EXPECT_TRUE(same_bits(download(*be, dy2).data(), single.data(), size_t(c.out))) << what;
     }
   std::printf("[measure] K %d matmul vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K, worst, kTol);
+  if (worst_i8 > 0)
+    std::printf("[measure] K %d mul1 on the int8 GEMV vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K,
+                worst_i8, kTolInt8);
 }
 
 TEST_P(Exl3Cuda, DequantizeAndGetRowsEqualTheCpuReconstruction) {
