@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
   const double head = row("lm_head [131072, 4096] K=6", head_r);
   const double lat1 = row("latent fc1 [1024, 4096] K=4 (not in the sum)", bench_matmul(be, 1024, 4096, 4, 1));
   const double lat2 = row("latent fc2 [4096, 1024] K=4 (not in the sum)", bench_matmul(be, 4096, 1024, 4, 1));
+  row("tiny [128, 128] K=4 (one block: the fixed cost of a launch)", bench_matmul(be, 128, 128, 4, 1));
   const double layer = in_proj + out_proj + sh_up + sh_down + r_up + r_down;
   const double token = 40 * layer + head;
   std::printf("per token: Mamba in/out, shared and 9 routed experts per layer x40 layers, head = %.3f ms "
