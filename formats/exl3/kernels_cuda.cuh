@@ -55,8 +55,6 @@ __device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
   for (int m = 0; m < 4; ++m) v[m] *= scale;
 }
 
-// Element e (0..127) of a rotated 128-block in the GEMV's fragment order: per 16-row tile, lane class
-// q = 0..3 holds tile rows 2q, 2q+1, 2q+8, 2q+9 as one float4.
 // The last step of every matmul: a lane's 4 columns c0.. of one row, summed over the splits, go
 // through the output Hadamard (the warp's 128 columns), ×svh and + bias, trimmed to out_features.
 __device__ __forceinline__ void finish_output(float (&v)[4], int lane, int64_t c0, const float* sv, const float* bi,
@@ -72,9 +70,20 @@ __device__ __forceinline__ void finish_output(float (&v)[4], int lane, int64_t c
   }
 }
 
+// Where element e (0..127) of a rotated 128-block goes in a lane's fragment: tile e/16, lane class
+// q, and value `reg` of the class's four (inputs 2q, 2q+1, 2q+8, 2q+9 of the tile).
+struct FragSlot {
+  int tile, q, reg;
+};
+__device__ __forceinline__ FragSlot frag_slot(int e) {
+  const int rho = e % 16;
+  return {e / 16, (rho % 8) / 2, (rho / 8) * 2 + rho % 2};
+}
+// Element e's index in the fp32 GEMV's fragment order: per 16-row tile, lane class q = 0..3 holds
+// tile rows 2q, 2q+1, 2q+8, 2q+9 as one float4.
 __device__ __forceinline__ int fragment_at(int e) {
-  const int tile = e / 16, rho = e % 16;
-  return tile * 16 + ((rho % 8) / 2) * 4 + (rho % 2) + 2 * (rho / 8);
+  const FragSlot f = frag_slot(e);
+  return f.tile * 16 + f.q * 4 + f.reg;
 }
 
 // Lane's values 4·lane .. 4·lane+3 of the rotated 128-block b of x row xr (zero-extended past
@@ -484,14 +493,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
         int qsum = 0;
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
-          const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
-          const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
+          const FragSlot f = frag_slot(lane * 4 + m);
           int q1, q2;
           cuda::split_i8(v[m] * sc.up, q1, q2);
           qsum += 128 * q1 + q2;
-          uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + tt) * N + r) * 128 + qq * 16);
-          base[h * 2 + jj] = (uint32_t(q1) & 0xFFu) * 0x01010101u;
-          base[16 + h * 2 + jj] = (uint32_t(q2) & 0xFFu) * 0x01010101u;
+          uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + f.tile) * N + r) * 128 + f.q * 16);
+          base[f.reg] = (uint32_t(q1) & 0xFFu) * 0x01010101u;
+          base[16 + f.reg] = (uint32_t(q2) & 0xFFu) * 0x01010101u;
         }
         qsum = __reduce_add_sync(0xffffffffu, qsum);
         if (lane == 0) xscale[hh * N + r] = sc.down * (1.0f / 128.0f), xbias[hh * N + r] = kMul1Bias * float(qsum);
@@ -500,13 +508,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       const cuda::Pow2Scale sc = cuda::pow2_scale(mx);  // per (row, 128-block)
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
-        const int el = lane * 4 + m, tt = el / 16, rho = el % 16;
-        const int qq = (rho % 8) / 2, jj = rho % 2, h = rho / 8;
+        const FragSlot f = frag_slot(lane * 4 + m);
         __half hi, lo;
         cuda::split_hi_lo(v[m] * sc.up, hi, lo);
-        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + tt) * N + r) * 4 + qq) * 16);
-        base[h * 2 + jj] = hi;
-        base[4 + h * 2 + jj] = lo;
+        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + f.tile) * N + r) * 4 + f.q) * 16);
+        base[f.reg] = hi;
+        base[4 + f.reg] = lo;
       }
       if (lane == 0) xscale[hh * N + r] = sc.down;
     }
