@@ -236,12 +236,13 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 //   value is an affine function of a byte sum rounded to fp16; the int8 GEMV sums the products' bytes
 //   times two int8 limbs of the activations on the tensor cores and applies the affine map per output,
 //   without the per-weight rounding: each weight is off by at most half an fp16 ulp (|v| · 2^−11) and
-//   each activation by 2^−8 of its 128-block's scale (docs/formats/exl3.md gives the measured error).
+//   each activation by 2^−8 of its 128-block's scale (docs/exl3.md gives the measured error).
 // - fp16: every codebook on the fp16 tensor-core GEMV, exact products of the fp16 weights (error
 //   against the CPU ≤ 1e-5 of max |y|).
 // - fp32: the fp32 GEMV.
 // Gathers, one row per block, stay on the fp32 GEMV (12.1 µs for Bolt's routed experts against 13.3
-// on the fp16 tensor-core one, H200 2026-11-30).
+// on the fp16 tensor-core GEMV and 12.4 on the int8 one, H200 2026-11-30: a gather block's fixed
+// cost, not its loop, dominates).
 GemvMode gemv_mode() {
   static const GemvMode mode = [] {
     const char* e = std::getenv("TANDEM_EXL3_GEMV");
