@@ -64,6 +64,24 @@ TANDEM_EXL3_HD void lane_states(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t 
   }
 }
 
+// Whether some lane's window reaches its third word: off + 7K + 15 ≥ 64 for some lane. Only K ≥ 5
+// (K = 4 starts every lane at bit 20 and needs bits 20..63; K ≤ 3 needs at most 7K + 16 ≤ 37 bits from
+// an offset that leaves them within two words).
+template <int K>
+__host__ __device__ constexpr bool lane_needs_word2() {
+  for (int lane = 0; lane < 32; ++lane)
+    if ((8 * lane * K + K - 16 + 256 * K) % 32 + 7 * K + 15 >= 64) return true;
+  return false;
+}
+
+// The lane's 8 states of the tile at t (its 8K words), reading the third word only where some lane
+// needs it (one shared-memory load per tile less for K ≤ 4).
+template <int K>
+TANDEM_EXL3_HD void tile_lane_states(const uint32_t* t, const LaneWords& lw, uint32_t off, uint32_t (&s)[8]) {
+  if constexpr (lane_needs_word2<K>()) lane_states<K>(t[lw.w0], t[lw.w1], t[lw.w2], off, s);
+  else lane_states<K>(t[lw.w0], t[lw.w1], 0u, off, s);
+}
+
 // ---- codebooks: two states → two fp16 values → two floats ----
 
 TANDEM_EXL3_HD float half_bits_to_float(uint32_t h) {

@@ -46,15 +46,24 @@ void expect_lane_states(std::mt19937_64& g) {
     for (int i = 0; i < 8 * K; ++i) u[size_t(i)] = uint32_t(words[size_t(2 * i)]) | uint32_t(words[size_t(2 * i + 1)]) << 16;
     for (int lane = 0; lane < 32; ++lane) {
       const kcuda::LaneWords lw = kcuda::lane_words<K>(lane);
-      uint32_t s[8];
+      uint32_t s[8], s3[8];
       kcuda::lane_states<K>(u[size_t(lw.w0)], u[size_t(lw.w1)], u[size_t(lw.w2)], lw.off, s);
-      for (int q = 0; q < 8; ++q)
+      // As the kernels read them: the third word only where some lane needs it.
+      kcuda::tile_lane_states<K>(u.data(), lw, lw.off, s3);
+      for (int q = 0; q < 8; ++q) {
         ASSERT_EQ(s[q], want[8 * lane + q]) << "K " << K << " lane " << lane << " state " << q << " rep " << rep;
+        ASSERT_EQ(s3[q], want[8 * lane + q]) << "K " << K << " lane " << lane << " state " << q << " rep " << rep;
+      }
     }
   }
 }
 
 TEST(Exl3CudaDecode, LaneStatesEqualTileStatesForEveryK) {
+  // Which K read a third word per tile (lane_needs_word2): only K ≥ 5.
+  EXPECT_FALSE(kcuda::lane_needs_word2<1>() || kcuda::lane_needs_word2<2>() || kcuda::lane_needs_word2<3>() ||
+               kcuda::lane_needs_word2<4>());
+  EXPECT_TRUE(kcuda::lane_needs_word2<5>() && kcuda::lane_needs_word2<6>() && kcuda::lane_needs_word2<7>() &&
+              kcuda::lane_needs_word2<8>());
   std::mt19937_64 g(42);
   expect_lane_states<1>(g);
   expect_lane_states<2>(g);
