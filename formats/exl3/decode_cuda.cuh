@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -137,6 +138,36 @@ TANDEM_EXL3_HD uint32_t state_pair_f16(uint32_t s0, uint32_t s1) {
     // Low halves + high halves of both at once: one fp16 rounding of an exact sum, as on the CPU.
     return hadd2_bits(prmt(x0, x1, 0x5410), prmt(x0, x1, 0x7632));
   }
+}
+
+// ---- the int8 GEMV (kernels_cuda.cuh) without the per-weight rounding ----
+
+// mul1's value of byte sum bs is fp16(k·(1024 + bs) + c) (spec/formats.md § 5.6); unrounded that is
+// kMul1Scale·bs + kMul1Bias, both exact in float.
+constexpr float kMul1Scale = 0.00676727294921875f;  // fp16 0x1EEE = 1774 · 2^−18
+constexpr float kMul1Bias = -3.453125f;             // 1024 · kMul1Scale + fp16 0xC931 (−10.3828125)
+
+// A (row, 128-block) group's activations as two int8 limbs: up = 2^(6 − E') puts its largest
+// magnitude mx in [64, 128) (E' the exponent of mx), down = 1 / up; both stay normal (an all-zero
+// group scales by 2^126).
+struct I8Scale {
+  float up, down;
+};
+TANDEM_EXL3_HD I8Scale i8_scale(float mx) {
+  uint32_t b;
+  std::memcpy(&b, &mx, 4);
+  int E = int((b >> 23) & 0xFF);
+  E = E < 7 ? 7 : E > 254 ? 254 : E;
+  const uint32_t u = uint32_t(260 - E) << 23, d = uint32_t(E - 6) << 23;
+  I8Scale s;
+  std::memcpy(&s.up, &u, 4), std::memcpy(&s.down, &d, 4);
+  return s;
+}
+// s (|s| < 128) = q1 + q2/128 + err with q1, q2 in [−127, 127] and |err| ≤ 1/256 (1/128 where q1 clamps).
+TANDEM_EXL3_HD void split_i8(float s, int& q1, int& q2) {
+  const float f1 = fminf(fmaxf(rintf(s), -127.0f), 127.0f);
+  q1 = int(f1);
+  q2 = int(fminf(fmaxf(rintf((s - f1) * 128.0f), -127.0f), 127.0f));
 }
 
 // One state's value as fp16 bits (tests; the kernels decode pairs).

@@ -411,10 +411,6 @@ __host__ __device__ constexpr size_t tc_smem_bytes(int K, int rows_pad, int roun
          size_t(round_hb) * tc_stage_bytes(i8) * size_t(rows_pad) + size_t(rows_pad) * kHad * 4 +
          size_t(round_hb) * rows_pad * 4 * (i8 ? 2 : 1);
 }
-// mul1's value of byte sum bs is fp16(k·(1024 + bs) + c) (spec/formats.md § 5.6); unrounded that is
-// kMul1Scale·bs + kMul1Bias, both exact in float.
-constexpr float kMul1Scale = 0.00676727294921875f;  // fp16 0x1EEE = 1774 · 2^−18
-constexpr float kMul1Bias = -3.453125f;             // 1024 · kMul1Scale + fp16 0xC931 (−10.3828125)
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
@@ -490,13 +486,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       if constexpr (I8) {
         // x ≈ down/128 · (128·q1 + q2), the limbs byte-replicated (one per byte of a weight's product).
-        const cuda::Pow2Scale sc = cuda::pow2_scale_i8(mx);  // per (row, 128-block)
+        const I8Scale sc = i8_scale(mx);  // per (row, 128-block)
         int qsum = 0;
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           const FragSlot f = frag_slot(lane * 4 + m);
           int q1, q2;
-          cuda::split_i8(v[m] * sc.up, q1, q2);
+          split_i8(v[m] * sc.up, q1, q2);
           qsum += 128 * q1 + q2;
           uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + f.tile) * N + r) * 128 + f.q * 16);
           base[f.reg] = (uint32_t(q1) & 0xFFu) * 0x01010101u;

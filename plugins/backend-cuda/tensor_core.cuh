@@ -1,7 +1,7 @@
 // The pieces the tensor-core GEMVs of the quantized formats share (formats/gguf/mma_cuda.cuh,
 // formats/exl3/kernels_cuda.cuh): one mma.sync.m16n8k16 (fp16 × fp16 → fp32) and the exact
 // activation split — a group scaled by a power of two into [2^14, 2^15), then x' = hi + lo in fp16 —
-// and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32) with a two-limb int8 split.
+// and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32).
 // Owner: n/a. Thread: any. Sync: none (mma16816 needs the whole warp converged).
 #pragma once
 #include <cuda_fp16.h>
@@ -42,20 +42,6 @@ struct Pow2Scale {
 __device__ __forceinline__ Pow2Scale pow2_scale(float mx) {
   const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
   return {__uint_as_float(uint32_t(268 - E) << 23), __uint_as_float(uint32_t(E - 14) << 23)};
-}
-
-// up = 2^(6 − E') puts a group's largest magnitude in [64, 128) (E' the exponent of mx), down = 1 / up;
-// both stay normal (an all-zero group scales by 2^126).
-__device__ __forceinline__ Pow2Scale pow2_scale_i8(float mx) {
-  const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 7), 254);
-  return {__uint_as_float(uint32_t(260 - E) << 23), __uint_as_float(uint32_t(E - 6) << 23)};
-}
-
-// s (|s| < 128) = q1 + q2/128 + err with q1, q2 in [−127, 127] and |err| ≤ 1/256 (1/128 where q1 clamps).
-__device__ __forceinline__ void split_i8(float s, int& q1, int& q2) {
-  const float f1 = fminf(fmaxf(rintf(s), -127.0f), 127.0f);
-  q1 = int(f1);
-  q2 = int(fminf(fmaxf(rintf((s - f1) * 128.0f), -127.0f), 127.0f));
 }
 
 // x = hi + lo with hi = fp16(x), lo = fp16(x − hi): about 22 significant bits.

@@ -3,6 +3,8 @@
 // states straight from the packed words for every K, on random tiles. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -73,6 +75,52 @@ TEST(Exl3CudaDecode, LaneStatesEqualTileStatesForEveryK) {
   expect_lane_states<6>(g);
   expect_lane_states<7>(g);
   expect_lane_states<8>(g);
+}
+
+// The int8 GEMV's premise: mul1's value is its byte sum's affine map kMul1Scale·bs + kMul1Bias (exact in
+// float) rounded once to fp16, so leaving the rounding out moves each weight by at most half an ulp.
+TEST(Exl3CudaDecode, Mul1IsTheAffineMapOfItsByteSumRoundedOnce) {
+  size_t bad = 0;
+  for (uint32_t s = 0; s < 65536; ++s) {
+    const uint32_t bs = kcuda::byte_sum(s * kMul1Marker, 0);
+    const double u = double(kcuda::kMul1Scale) * bs + double(kcuda::kMul1Bias);
+    const float uf = float(u);
+    const uint16_t want = state_value_f16(s, Codebook::kMul1);
+    const uint16_t got = __half_raw(__float2half_rn(uf)).x;
+    const double v = double(kcuda::half_bits_to_float(want));
+    if ((double(uf) != u || got != want || std::abs(v - u) > std::ldexp(std::abs(v), -11)) && bad++ < 5)
+      ADD_FAILURE() << "state " << s << ": bs " << bs << ", affine " << u << ", fp16 " << v;
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// The int8 GEMV's activations: per group a power-of-two scale putting the largest magnitude in
+// [64, 128), then each value as q1 + q2/128 (both in [−127, 127]) within 2^−8 of the scale (2^−7
+// where q1 clamps), for groups from tiny to huge magnitudes.
+TEST(Exl3CudaDecode, Int8LimbsHoldEachActivationWithinTwoToTheMinusEightOfItsScale) {
+  std::mt19937_64 g(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const float mag : {0.0f, 1e-41f, 1e-30f, 3e-3f, 1.0f, 127.5f, 1e3f, 3e37f}) {
+    for (int rep = 0; rep < 16; ++rep) {
+      float a[128], mx = 0;
+      for (float& x : a) x = u(g) * mag, mx = std::max(mx, std::abs(x));
+      if (rep == 0 && mag > 0) a[5] = mag, a[9] = -mag, mx = mag;  // the extremes themselves
+      const kcuda::I8Scale sc = kcuda::i8_scale(mx);
+      ASSERT_EQ(double(sc.up) * double(sc.down), 1.0) << mag;
+      if (mx >= 1e-37f && mx <= 1e37f) {
+        EXPECT_GE(double(mx) * sc.up, 64.0) << mag;
+        EXPECT_LT(double(mx) * sc.up, 128.0) << mag;
+      }
+      for (const float x : a) {
+        int q1, q2;
+        kcuda::split_i8(x * sc.up, q1, q2);
+        ASSERT_TRUE(q1 >= -127 && q1 <= 127 && q2 >= -127 && q2 <= 127) << x;
+        const double err = std::abs(double(x) - double(sc.down) * (q1 + q2 / 128.0));
+        const double bound = double(sc.down) * (std::abs(double(x) * sc.up) > 127.5 ? 1.0 / 128 : 1.0 / 256);
+        ASSERT_LE(err, bound * (1 + 1e-6)) << "value " << x << " of a group of magnitude " << mag;
+      }
+    }
+  }
 }
 
 // The element order the decode kernel writes (stream position 8·lane + q → row, column) is the
