@@ -1,7 +1,7 @@
 // The EXL3 trellis decode as the CUDA kernels run it, callable on the host too (the few intrinsics
 // emulated) so that a CPU-only test (tests/formats/exl3/cuda/test_decode_host.cu) checks it against
-// trellis.h: a lane's 8 states straight from the tile's packed 32-bit words, and the codebooks'
-// state → fp16 value with integer ops and one fp16 rounding.
+// trellis.h: a lane's 8 states straight from the tile's packed 32-bit words, the codebooks'
+// state → fp16 value with integer ops and one fp16 rounding, and the int8 GEMV's activation limbs.
 // Owner: callers own every pointer. Thread: any. Sync: none.
 #pragma once
 #include <cuda_fp16.h>
