@@ -63,7 +63,7 @@ double rel_err(const float* got, const std::vector<double>& want, size_t count) 
 
 constexpr double kTol = 1e-5;
 // mul1 on the int8 GEMV (TANDEM_EXL3_GEMV unset or int8): unrounded weights (≤ half an fp16 ulp each) and
-// two int8 limbs per activation (≤ 2^−8 of the block's scale), about 1e-4 of max |y| (matmul_cuda.cu).
+// two int8 limbs per activation (≤ 2^−8 of the block's scale): 2.3e-4 … 3.7e-4 of max |y| measured on the H200.
 constexpr double kTolInt8 = 1e-3;
 double matmul_tol(int cb) {
   return kcuda::gemv_mode() == kcuda::GemvMode::kInt8 && cb == int(Codebook::kMul1) ? kTolInt8 : kTol;
