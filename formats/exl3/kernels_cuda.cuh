@@ -90,10 +90,15 @@ __device__ __forceinline__ int fragment_at(int e) {
 // in_features, times su).
 __device__ __forceinline__ void rotated_values(const float* x, int64_t in_features, int64_t xr, const float* su,
                                                int64_t b, int lane, float (&v)[4]) {
+  const int64_t i0 = b * kHad + lane * 4;
+  const float* xp = x + xr * in_features + i0;
+  if (i0 + 3 < in_features && ((reinterpret_cast<uintptr_t>(xp) | reinterpret_cast<uintptr_t>(su + i0)) & 15) == 0) {
+    // One 16-byte load each: the same products as below.
+    const float4 xv = *reinterpret_cast<const float4*>(xp), sv = *reinterpret_cast<const float4*>(su + i0);
+    v[0] = xv.x * sv.x, v[1] = xv.y * sv.y, v[2] = xv.z * sv.z, v[3] = xv.w * sv.w;
+  } else {
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int64_t i = b * kHad + lane * 4 + m;
-    v[m] = i < in_features ? x[xr * in_features + i] * su[i] : 0.0f;
+    for (int m = 0; m < 4; ++m) v[m] = i0 + m < in_features ? xp[m] * su[i0 + m] : 0.0f;
   }
   fwht128(v, lane);
 }
@@ -397,10 +402,14 @@ struct TcRing {
   static constexpr int kPieces = 16 * K;     // 16-byte pieces per slot
   static constexpr int kPerLane = (kPieces + 31) / 32;
 };
-constexpr int kTcStageBytes = 16 << 10;  // staged activations per round
+constexpr int kTcStageBytes = 18 << 10;  // staged activations per round
 // Staged bytes per 128-block and row: 8 tiles × 4 lane classes × 16 B (fp16 hi, lo), twice that for
-// the int8 GEMV (two limbs of 4 byte-replicated values).
-__host__ __device__ constexpr int tc_stage_bytes(bool i8) { return i8 ? 1024 : 512; }
+// the int8 GEMV (two limbs of 4 byte-replicated values), each (tile, row) padded by 16 bytes: the
+// staging stores of the 8 tiles a warp writes at once then fall in 8 different 16-byte bank groups
+// (unpadded, 128 or 64 bytes apart, they were 8- and 4-way bank conflicts), and a lane's fragment
+// stays at a constant offset per tile.
+__host__ __device__ constexpr int tc_stage_row(bool i8) { return i8 ? 144 : 80; }
+__host__ __device__ constexpr int tc_stage_bytes(bool i8) { return 8 * tc_stage_row(i8); }
 __host__ __device__ constexpr int tc_round_hb(int rows_pad, bool i8) {
   return kTcStageBytes / (tc_stage_bytes(i8) * rows_pad) < 64 ? kTcStageBytes / (tc_stage_bytes(i8) * rows_pad) : 64;
 }
@@ -412,10 +421,13 @@ __host__ __device__ constexpr size_t tc_smem_bytes(int K, int rows_pad, int roun
          size_t(round_hb) * rows_pad * 4 * (i8 ? 2 : 1);
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+// 16 bytes from global gmem to the shared-memory address s (a 32-bit shared-window address).
+__device__ __forceinline__ void cp_async16(unsigned s, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
+// Asks L2 for the 128-byte line at p (no register result; used before pdl_wait for data that does not
+// depend on the previous kernel).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -426,11 +438,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
   using Ring = TcRing<K>;
   // n-blocks of 8 B columns: fp16 one per 8 rows; int8 one per 4 rows (a row's two limbs are columns).
   constexpr int D = Ring::D, NB = I8 ? (2 * N + 7) / 8 : (N > 8 ? 2 : 1);
-  constexpr int kStage = tc_stage_bytes(I8);
+  constexpr int kStage = tc_stage_bytes(I8), kRow = tc_stage_row(I8);
   const int R = a.round_hb;
   extern __shared__ __align__(16) unsigned char tc_smem[];
   uint32_t* ring = reinterpret_cast<uint32_t*>(tc_smem);  // [warp][D][kSlotWords]
-  // fp16: [R·8 tiles][N][4 q][16 B]; int8: [R·8 tiles][N][2 limbs][4 q][16 B]
+  // fp16: [R·8 tiles][N][4 q][16 B] + 16 B; int8: [R·8 tiles][N][2 limbs][4 q][16 B] + 16 B
   unsigned char* xstage = tc_smem + size_t(kGemvWarps) * D * Ring::kSlotWords * 4;
   float(*zs)[kHad] = reinterpret_cast<float(*)[kHad]>(xstage + size_t(R) * kStage * N);  // [N][128]
   float* xscale = &zs[N][0];                                                               // [R][N]
@@ -445,30 +457,44 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
   // For K = 4 and 8 every lane's window starts at the same bit of its word: a constant lets the
   // compiler drop the shifts (and the loads) of bits no state reaches.
   const uint32_t off = K % 4 == 0 ? uint32_t((K - 16 + 256 * K) % 32) : lw.off;
-  uint32_t* my_ring = ring + warp * D * Ring::kSlotWords;
+  const uint32_t* my_ring = ring + warp * D * Ring::kSlotWords;
+  // The ring is filled and read in block order: the next block to request (its source pointers, one
+  // per 16-byte piece the lane copies, and its slot) and the next slot to decode roll forward.
   // Piece p = lane + 32m of a slot is word 4p of the slot: tile p / 2K, 16-byte piece p % 2K.
-  int64_t goff[Ring::kPerLane];
+  const int64_t hb_words = int64_t(8) * a.strips * (8 * K);
+  const uint32_t* src[Ring::kPerLane];
 #pragma unroll
   for (int m = 0; m < Ring::kPerLane; ++m) {
     const int p = lane + 32 * m;
-    goff[m] = int64_t(p / (2 * K)) * a.strips * (8 * K) + (p % (2 * K)) * 4;
+    src[m] = blk.w + int64_t(blk.j) * (8 * K) + int64_t(hb_begin) * hb_words +
+             int64_t(p / (2 * K)) * a.strips * (8 * K) + (p % (2 * K)) * 4;
   }
-  const uint32_t* wj = blk.w + int64_t(blk.j) * (8 * K);  // tile (0, j)
-  const int64_t hb_words = int64_t(8) * a.strips * (8 * K);
-  auto issue = [&](int hb) {  // 128-block hb of the strip into its slot (an empty group past the end)
-    if (active && hb < hb_end) {
-      const uint32_t* src = wj + int64_t(hb) * hb_words;
-      uint32_t* dst = my_ring + (unsigned(hb) % D) * Ring::kSlotWords;
+  const unsigned ring_s = unsigned(__cvta_generic_to_shared(my_ring)) + 16u * unsigned(lane);
+  int next_hb = hb_begin, wslot = 0, rslot = 0;
+  auto issue = [&]() {  // the next 128-block of the strip into its slot (an empty group past the end)
+    if (active && next_hb < hb_end) {
+      const unsigned dst = ring_s + unsigned(wslot) * (Ring::kSlotWords * 4);
 #pragma unroll
-      for (int m = 0; m < Ring::kPerLane; ++m) {
-        const int p = lane + 32 * m;
-        if (Ring::kPieces % 32 == 0 || p < Ring::kPieces) cp_async16(dst + 4 * p, src + goff[m]);
-      }
+      for (int m = 0; m < Ring::kPerLane; ++m)
+        if (Ring::kPieces % 32 == 0 || lane + 32 * m < Ring::kPieces) cp_async16(dst + 512u * m, src[m]);
     }
+#pragma unroll
+    for (int m = 0; m < Ring::kPerLane; ++m) src[m] += hb_words;
+    ++next_hb, wslot = wslot + 1 == D ? 0 : wslot + 1;
     cp_async_commit();
   };
 #pragma unroll
-  for (int d = 0; d < D - 1; ++d) issue(hb_begin + d);
+  for (int d = 0; d < D - 1; ++d) issue();
+  // suh and svh do not depend on the previous kernel: ask L2 for the block's lines before waiting on it
+  // (each would otherwise be a DRAM round trip after the wait, on the launch's critical path).
+  if (warp == 0) {
+    const int64_t su0 = int64_t(hb_begin) * kHad, su_n = int64_t(hb_end - hb_begin) * kHad;
+    for (int64_t i = int64_t(lane) * 32; i < su_n; i += 32 * 32) prefetch_l2(a.suh + su0 + i);
+  } else if (warp == 1 && lane < 4) {
+    const int64_t c = int64_t(blockIdx.x) * kHad + lane * 32;
+    if (c < a.n) prefetch_l2(a.svh + c);
+    if (a.bias && c < a.out_features) prefetch_l2(a.bias + c);
+  }
   cuda::pdl_wait(), cuda::pdl_trigger();
 
   const int nrows = a.rows;
@@ -494,7 +520,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
           int q1, q2;
           split_i8(v[m] * sc.up, q1, q2);
           qsum += 128 * q1 + q2;
-          uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + f.tile) * N + r) * 128 + f.q * 16);
+          uint32_t* base = reinterpret_cast<uint32_t*>(xstage + (size_t(hh * 8 + f.tile) * N + r) * kRow + f.q * 16);
           base[f.reg] = (uint32_t(q1) & 0xFFu) * 0x01010101u;
           base[16 + f.reg] = (uint32_t(q2) & 0xFFu) * 0x01010101u;
         }
@@ -508,7 +534,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
         const FragSlot f = frag_slot(lane * 4 + m);
         __half hi, lo;
         cuda::split_hi_lo(v[m] * sc.up, hi, lo);
-        __half* base = reinterpret_cast<__half*>(xstage + ((size_t(hh * 8 + f.tile) * N + r) * 4 + f.q) * 16);
+        __half* base = reinterpret_cast<__half*>(xstage + (size_t(hh * 8 + f.tile) * N + r) * kRow + f.q * 16);
         base[f.reg] = hi;
         base[4 + f.reg] = lo;
       }
@@ -517,11 +543,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
     __syncthreads();
     if (!active) continue;
     for (int hh = 0; hh < nhb; ++hh) {
-      const int hb = cs + hh;
-      issue(hb + D - 1);  // into the slot read one block ago (the __syncwarp below)
+      issue();  // block cs + hh + D − 1, into the slot read one block ago (the __syncwarp below)
       cp_async_wait<D - 1>();
       __syncwarp();
-      const uint32_t* sw = my_ring + (unsigned(hb) % D) * Ring::kSlotWords;
+      const uint32_t* sw = my_ring + rslot * Ring::kSlotWords;
+      rslot = rslot + 1 == D ? 0 : rslot + 1;
       const unsigned char* xh = xstage + size_t(hh) * kStage * N;
       if constexpr (I8) {
         // Σ over the block of limb · byte, per byte of each weight's mul1 product x = s·0x83DCD12D:
@@ -538,7 +564,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
 #pragma unroll
           for (int nb = 0; nb < NB; ++nb) {
             const int rb = (nb * 4 + g / 2) % N;  // lanes past the rows read a row they discard
-            const uint4 xv = *reinterpret_cast<const uint4*>(xh + size_t(tt * N + rb) * 128 + (g & 1) * 64 + q * 16);
+            const uint4 xv = *reinterpret_cast<const uint4*>(xh + size_t(tt * N + rb) * kRow + (g & 1) * 64 + q * 16);
             cuda::mma16832_u8s8(t8[nb], x[0], x[4], x[1], x[5], xv.x, xv.y);
             cuda::mma16832_u8s8(t8[nb], x[2], x[6], x[3], x[7], xv.z, xv.w);
           }
@@ -568,7 +594,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int rb = (nb * 8 + g) % N;  // B column g: row nb·8 + g (lanes past N read a row they discard)
-          const uint4 xv = *reinterpret_cast<const uint4*>(xh + ((tt * N + rb) * 4 + q) * 16);
+          const uint4 xv = *reinterpret_cast<const uint4*>(xh + size_t(tt * N + rb) * kRow + q * 16);
           cuda::mma16816(t[0][nb], a0, a1, a2, a3, xv.x, xv.y);  // hi
           cuda::mma16816(t[1][nb], a0, a1, a2, a3, xv.z, xv.w);  // lo
         }

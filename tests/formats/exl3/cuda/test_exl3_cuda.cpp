@@ -74,8 +74,14 @@ struct Case {
   int64_t n, k;     // storage, padded
   bool bias;
 };
-// Unpadded; padded on both sides with a bias; and a k long enough for several split sums.
-const Case kCases[] = {{128, 128, 128, 128, false}, {200, 300, 256, 384, true}, {256, 1024, 256, 1024, false}};
+// Unpadded; padded on both sides with a bias; a k long enough for several split sums (4); for the
+// matmul also 16 splits (one cluster of 16 blocks on sm_90+, past the portable 8; padded, with a bias)
+// and 32 (more than a cluster holds: the splits sum through global memory).
+const Case kCases[] = {{128, 128, 128, 128, false},
+                       {200, 300, 256, 384, true},
+                       {256, 1024, 256, 1024, false},
+                       {100, 4096, 128, 4096, true},
+                       {128, 8192, 128, 8192, false}};
 
 class Exl3Cuda : public ::testing::TestWithParam<int> {
  protected:
