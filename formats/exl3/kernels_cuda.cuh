@@ -462,10 +462,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
   const int g = lane / 4, q = lane % 4;
   const bool active = blk.active;
   const int hb_begin = blk.ib / 8, hb_end = blk.ie / 8;  // whole 128-blocks (plan_gemv)
-  const LaneWords lw = lane_words<K>(lane);
-  // For K = 4 and 8 every lane's window starts at the same bit of its word: a constant lets the
-  // compiler drop the shifts (and the loads) of bits no state reaches.
-  const uint32_t off = K % 4 == 0 ? uint32_t((K - 16 + 256 * K) % 32) : lw.off;
+  const LaneWords lw = lane_words<K>(lane);  // K = 4 and 8 need only the words (paired_states)
   const uint32_t* my_ring = ring + warp * D * Ring::kSlotWords;
   // The ring is filled and read in block order: the next block to request (its source pointers, one
   // per 16-byte piece the lane copies, and its slot) and the next slot to decode roll forward.
@@ -565,7 +562,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
         for (int tt = 0; tt < 8; ++tt) {
           const uint32_t* tw = sw + tt * (8 * K);
           uint32_t x[8];
-          tile_lane_states<K>(tw, lw, off, x);
+          tile_lane_states<K>(tw, lw, lw.off, x);
 #pragma unroll
           for (int m = 0; m < 8; ++m) x[m] *= 0x83DCD12Du;
 #pragma unroll
@@ -595,7 +592,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       for (int tt = 0; tt < 8; ++tt) {
         const uint32_t* tw = sw + tt * (8 * K);
         uint32_t st[8];
-        tile_lane_states<K>(tw, lw, off, st);
+        tile_lane_states<K>(tw, lw, lw.off, st);
         const uint32_t a0 = state_pair_f16<CB>(st[0], st[1]), a1 = state_pair_f16<CB>(st[4], st[5]);
         const uint32_t a2 = state_pair_f16<CB>(st[2], st[3]), a3 = state_pair_f16<CB>(st[6], st[7]);
 #pragma unroll
