@@ -177,22 +177,9 @@ TANDEM_EXL3_HD uint32_t state_pair_f16(uint32_t s0, uint32_t s1) {
 constexpr float kMul1Scale = 0.00676727294921875f;  // fp16 0x1EEE = 1774 · 2^−18
 constexpr float kMul1Bias = -3.453125f;             // 1024 · kMul1Scale + fp16 0xC931 (−10.3828125)
 
-// A (row, 128-block) group's activations as two int8 limbs: up = 2^(6 − E') puts its largest
-// magnitude mx in [64, 128) (E' the exponent of mx), down = 1 / up; both stay normal (an all-zero
-// group scales by 2^126).
-struct I8Scale {
-  float up, down;
-};
-TANDEM_EXL3_HD I8Scale i8_scale(float mx) {
-  uint32_t b;
-  std::memcpy(&b, &mx, 4);
-  int E = int((b >> 23) & 0xFF);
-  E = E < 7 ? 7 : E > 254 ? 254 : E;
-  const uint32_t u = uint32_t(260 - E) << 23, d = uint32_t(E - 6) << 23;
-  I8Scale s;
-  std::memcpy(&s.up, &u, 4), std::memcpy(&s.down, &d, 4);
-  return s;
-}
+// A (row, 128-block) group's activations as two int8 limbs: its scale puts the largest magnitude in
+// [64, 128).
+TANDEM_EXL3_HD cuda::Pow2Scale i8_scale(float mx) { return cuda::pow2_scale<6>(mx); }
 // s (|s| < 128) = q1 + q2/128 + err with q1, q2 in [−127, 127] and |err| ≤ 1/256 (1/128 where q1 clamps).
 TANDEM_EXL3_HD void split_i8(float s, int& q1, int& q2) {
   const float f1 = fminf(fmaxf(rintf(s), -127.0f), 127.0f);

@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       if constexpr (I8) {
         // x ≈ down/128 · (128·q1 + q2), the limbs byte-replicated (one per byte of a weight's product).
-        const I8Scale sc = i8_scale(mx);  // per (row, 128-block)
+        const cuda::Pow2Scale sc = i8_scale(mx);  // per (row, 128-block)
         int qsum = 0;
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
         if (lane == 0) xscale[hh * N + r] = sc.down * (1.0f / 128.0f), xbias[hh * N + r] = kMul1Bias * float(qsum);
         continue;
       }
-      const cuda::Pow2Scale sc = cuda::pow2_scale(mx);  // per (row, 128-block)
+      const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);  // per (row, 128-block)
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const FragSlot f = frag_slot(lane * 4 + m);

@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
             for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             if (t >= total) continue;
             const int r = t / (ng * 8), rem = t % (ng * 8), gi = rem >> 3, pt = rem & 7;
-            const cuda::Pow2Scale sc = cuda::pow2_scale(mx);
+            const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
             const float e4[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
             unsigned char* row = xs + size_t(r) * xrow + size_t(gi) * 128;
 #pragma unroll

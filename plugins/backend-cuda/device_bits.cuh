@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace tandem::cuda {
 
@@ -36,6 +37,26 @@ TANDEM_BITS_HD uint32_t funnel_l(uint32_t lo, uint32_t hi, uint32_t shift) {
 #else
   return uint32_t(((uint64_t(hi) << 32 | lo) << (shift & 31)) >> 32);
 #endif
+}
+
+// A group's power-of-two scale: up = 2^(T − E') puts its largest magnitude mx in [2^T, 2^(T+1)) (E'
+// the exponent of mx), down = 1 / up. The biased exponent is clamped so that both factors stay
+// normal (an all-zero group scales by 2^(126)). The tensor-core GEMVs' fp16 hi + lo split takes
+// T = 14, the EXL3 int8 limbs T = 6.
+struct Pow2Scale {
+  float up, down;
+};
+template <int T>
+TANDEM_BITS_HD Pow2Scale pow2_scale(float mx) {
+  static_assert(T >= 0 && T < 127, "the scale's target exponent");
+  uint32_t b;
+  std::memcpy(&b, &mx, 4);
+  int E = int((b >> 23) & 0xFF);
+  E = E < T + 1 ? T + 1 : E > 254 ? 254 : E;
+  const uint32_t u = uint32_t(254 + T - E) << 23, d = uint32_t(E - T) << 23;
+  Pow2Scale s;
+  std::memcpy(&s.up, &u, 4), std::memcpy(&s.down, &d, 4);
+  return s;
 }
 
 #undef TANDEM_BITS_HD

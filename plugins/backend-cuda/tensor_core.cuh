@@ -1,6 +1,7 @@
 // The pieces the tensor-core GEMVs of the quantized formats share (formats/gguf/mma_cuda.cuh,
 // formats/exl3/kernels_cuda.cuh): one mma.sync.m16n8k16 (fp16 × fp16 → fp32) and the exact
-// activation split — a group scaled by a power of two into [2^14, 2^15), then x' = hi + lo in fp16 —
+// activation split — a group scaled by a power of two into [2^14, 2^15) (pow2_scale<14>, device_bits.cuh),
+// then x' = hi + lo in fp16 —
 // and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32).
 // Owner: n/a. Thread: any. Sync: none (mma16816 needs the whole warp converged).
 #pragma once
@@ -8,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "device_bits.cuh"
 
 namespace tandem::cuda {
 
@@ -31,17 +34,6 @@ __device__ __forceinline__ void mma16832_u8s8(int (&d)[4], uint32_t a0, uint32_t
       "{%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// up = 2^(14 − E') puts a group's largest magnitude mx in [2^14, 2^15) (E' the exponent of mx), down
-// = 1 / up; the biased exponent is clamped so that both factors stay normal (an all-zero group scales
-// by 2^126, harmlessly).
-struct Pow2Scale {
-  float up, down;
-};
-__device__ __forceinline__ Pow2Scale pow2_scale(float mx) {
-  const int E = min(max(int((__float_as_uint(mx) >> 23) & 0xFF), 15), 254);
-  return {__uint_as_float(uint32_t(268 - E) << 23), __uint_as_float(uint32_t(E - 14) << 23)};
 }
 
 // x = hi + lo with hi = fp16(x), lo = fp16(x − hi): about 22 significant bits.

@@ -105,7 +105,7 @@ TEST(Exl3CudaDecode, Int8LimbsHoldEachActivationWithinTwoToTheMinusEightOfItsSca
       float a[128], mx = 0;
       for (float& x : a) x = u(g) * mag, mx = std::max(mx, std::abs(x));
       if (rep == 0 && mag > 0) a[5] = mag, a[9] = -mag, mx = mag;  // the extremes themselves
-      const kcuda::I8Scale sc = kcuda::i8_scale(mx);
+      const cuda::Pow2Scale sc = kcuda::i8_scale(mx);
       ASSERT_EQ(double(sc.up) * double(sc.down), 1.0) << mag;
       if (mx >= 1e-37f && mx <= 1e37f) {
         EXPECT_GE(double(mx) * sc.up, 64.0) << mag;
@@ -119,6 +119,21 @@ TEST(Exl3CudaDecode, Int8LimbsHoldEachActivationWithinTwoToTheMinusEightOfItsSca
         const double bound = double(sc.down) * (std::abs(double(x) * sc.up) > 127.5 ? 1.0 / 128 : 1.0 / 256);
         ASSERT_LE(err, bound * (1 + 1e-6)) << "value " << x << " of a group of magnitude " << mag;
       }
+    }
+  }
+}
+
+// The fp16 form's group scale (pow2_scale<14>, the same code as the int8 limbs' pow2_scale<6>): the
+// largest magnitude lands in [2^14, 2^15) for every normal group, up and down are exact inverses, and
+// neither overflows for an all-zero, denormal or huge group.
+TEST(Exl3CudaDecode, Fp16GroupScalePutsTheLargestMagnitudeInTwoToTheFourteenToFifteen) {
+  for (const float mx : {0.0f, 1e-41f, 1e-30f, 3e-3f, 1.0f, 16384.0f, 32767.0f, 1e30f, 3e38f}) {
+    const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
+    ASSERT_EQ(double(sc.up) * double(sc.down), 1.0) << mx;
+    ASSERT_TRUE(std::isfinite(sc.up) && std::isfinite(sc.down) && sc.up > 0 && sc.down > 0) << mx;
+    if (mx >= 1e-30f && mx <= 1e30f) {
+      EXPECT_GE(double(mx) * sc.up, 16384.0) << mx;
+      EXPECT_LT(double(mx) * sc.up, 32768.0) << mx;
     }
   }
 }
