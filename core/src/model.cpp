@@ -423,10 +423,13 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   im.embed->get_rows(tokens.data(), int(n), x);
   if (im.observer) im.observer(-1);
   auto pass = [&] {
-    for (size_t i = 0; i < im.mixers.size(); ++i) {
-      be.rms_norm(x, static_cast<float*>(im.norms[i]->data()), desc_.eps, h);
+    // Layer i's residual add and layer i + 1's norm are one op (add_rms_norm: one launch on the GPU).
+    const size_t L = im.mixers.size();
+    if (L > 0) be.rms_norm(x, static_cast<float*>(im.norms[0]->data()), desc_.eps, h);
+    for (size_t i = 0; i < L; ++i) {
       im.mixers[i]->forward(h, out, *seq.states[i], info);
-      be.add(x, out, x);
+      if (i + 1 < L) be.add_rms_norm(x, out, static_cast<float*>(im.norms[i + 1]->data()), desc_.eps, h);
+      else be.add(x, out, x);
       if (im.observer) im.observer(int(i));
     }
     Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);

@@ -254,6 +254,15 @@ void CudaBackend::gated_rms_norm(const Tensor& y, const Tensor& z, const float* 
   launch_gated_rms_norm(y.f32(), z.f32(), w, groups, eps, y.rows, y.cols, out.f32(), stream());
 }
 
+void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) {
+  check_tensor("add_rms_norm", "x", x, x.rows, x.cols);
+  check_tensor("add_rms_norm", "b", b, x.rows, x.cols);
+  check_tensor("add_rms_norm", "y", y, x.rows, x.cols);
+  check_ptr("add_rms_norm", "weight", w);
+  if (y.data == x.data || y.data == b.data) fail("add_rms_norm: y must not alias x or b");
+  launch_add_rms_norm(x.f32(), b.f32(), w, eps, x.rows, x.cols, y.f32(), stream());
+}
+
 void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_tensor("add", "a", a, a.rows, a.cols);
   check_tensor("add", "b", b, a.rows, a.cols);

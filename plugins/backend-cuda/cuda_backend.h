@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
   void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
                       const Tensor& out) override;
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) override;
   void relu2(const Tensor& x) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;

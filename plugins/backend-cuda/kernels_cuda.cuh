@@ -21,6 +21,10 @@ void launch_rms_norm(const float* x, const float* w, float eps, int64_t rows, in
 void launch_gated_rms_norm(const float* y, const float* z, const float* w, int groups, float eps, int64_t rows,
                            int64_t cols, float* out, cudaStream_t stream);
 void launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+// x += b, then y = rms_norm(x): one launch where the rows are whole float4s, else add then norm (the
+// same bits either way). x, b, y [rows, cols], y distinct from x and b; w [cols].
+void launch_add_rms_norm(float* x, const float* b, const float* w, float eps, int64_t rows, int64_t cols, float* y,
+                         cudaStream_t stream);
 void launch_relu2(float* x, int64_t n, cudaStream_t stream);
 // out[t] = Σ_j w[t·k + j]·expert_out[t·k + j], j ascending, as separate multiply and add (the CPU's
 // rounding, so the two backends agree bit for bit).

@@ -48,11 +48,15 @@ __global__ void gated_rms_norm_kernel(const float* y, const float* z, const floa
   }
 }
 
-// The same two norms for rows whose groups are whole float4s at 16-byte alignment (every model
-// width): each thread loads its V float4s at once and keeps them in registers, so a row costs one
-// round of loads instead of a chain of dependent ones. Sum order: each thread's elements in order
-// (x, y, z, w of its float4s, V ascending), then block_sum; fixed per row, whatever the number of rows.
-template <int V, bool Gated>
+// The same two norms, and the residual add fused before a norm, for rows whose groups are whole
+// float4s at 16-byte alignment (every model width): each thread loads its V float4s at once and keeps
+// them in registers, so a row costs one round of loads instead of a chain of dependent ones. Sum
+// order: each thread's elements in order (x, y, z, w of its float4s, V ascending), then block_sum;
+// fixed per row, whatever the number of rows.
+enum NormMode : int { kNormPlain, kNormGated, kNormAdd };
+// kNormGated: u = x ⊙ silu(z), normalized per group. kNormAdd: x += z (written back: the residual),
+// then normalized; the sum is add_kernel's a + b, so the bits are those of add then rms_norm.
+template <int V, int Mode>
 __global__ void __launch_bounds__(kNormThreads) norm_vec_kernel(const float* x, const float* z, const float* w,
                                                               int groups, float eps, int64_t rows, int64_t cols,
                                                               float* y) {
@@ -73,7 +77,12 @@ __global__ void __launch_bounds__(kNormThreads) norm_vec_kernel(const float* x, 
       const int idx = threadIdx.x + i * kNormThreads;
       if (idx < n4) {
         float4 a = x4[idx];
-        if constexpr (Gated) {
+        if constexpr (Mode == kNormAdd) {
+          const float4 b = reinterpret_cast<const float4*>(z + off)[idx];
+          a = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+          const_cast<float4*>(x4)[idx] = a;
+        }
+        if constexpr (Mode == kNormGated) {
           const float4 zz = reinterpret_cast<const float4*>(z + off)[idx];
           a.x = a.x * (zz.x / (1.0f + expf(-zz.x)));
           a.y = a.y * (zz.y / (1.0f + expf(-zz.y)));
@@ -110,18 +119,18 @@ int vec_per_thread(int64_t gd, std::initializer_list<const void*> ptrs) {
   return n4 <= kNormThreads ? 1 : n4 <= 2 * kNormThreads ? 2 : n4 <= 4 * kNormThreads ? 4 : 8;
 }
 
-template <bool Gated>
+template <int Mode>
 void launch_norm_vec(int v, dim3 grid, const float* x, const float* z, const float* w, int groups, float eps,
                      int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+  const char* what = Mode == kNormGated ? "gated_rms_norm" : Mode == kNormAdd ? "add_rms_norm" : "rms_norm";
   auto go = [&](auto kernel) {
-    launch(kernel, grid, dim3(kNormThreads), 0, stream, Gated ? "gated_rms_norm" : "rms_norm", x, z, w, groups, eps,
-           rows, cols, y);
+    launch(kernel, grid, dim3(kNormThreads), 0, stream, what, x, z, w, groups, eps, rows, cols, y);
   };
   switch (v) {
-    case 1: go(norm_vec_kernel<1, Gated>); break;
-    case 2: go(norm_vec_kernel<2, Gated>); break;
-    case 4: go(norm_vec_kernel<4, Gated>); break;
-    default: go(norm_vec_kernel<8, Gated>); break;
+    case 1: go(norm_vec_kernel<1, Mode>); break;
+    case 2: go(norm_vec_kernel<2, Mode>); break;
+    case 4: go(norm_vec_kernel<4, Mode>); break;
+    default: go(norm_vec_kernel<8, Mode>); break;
   }
 }
 
@@ -161,8 +170,8 @@ void launch_rms_norm(const float* x, const float* w, float eps, int64_t rows, in
                      cudaStream_t stream) {
   if (rows == 0) return;
   if (const int v = vec_per_thread(cols, {x, w, y})) {
-    return launch_norm_vec<false>(v, dim3(unsigned(std::min(rows, kMaxGrid))), x, nullptr, w, 1, eps, rows, cols, y,
-                                  stream);
+    return launch_norm_vec<kNormPlain>(v, dim3(unsigned(std::min(rows, kMaxGrid))), x, nullptr, w, 1, eps, rows, cols,
+                                       y, stream);
   }
   rms_norm_kernel<<<unsigned(std::min(rows, kMaxGrid)), kNormThreads, 0, stream>>>(x, w, eps, rows, cols, y);
   check_launch("rms_norm");
@@ -173,10 +182,21 @@ void launch_gated_rms_norm(const float* y, const float* z, const float* w, int g
   if (rows == 0) return;
   dim3 grid(unsigned(std::min(rows, kMaxGrid)), unsigned(groups));
   if (const int v = vec_per_thread(cols / groups, {y, z, w, out})) {
-    return launch_norm_vec<true>(v, grid, y, z, w, groups, eps, rows, cols, out, stream);
+    return launch_norm_vec<kNormGated>(v, grid, y, z, w, groups, eps, rows, cols, out, stream);
   }
   gated_rms_norm_kernel<<<grid, kNormThreads, 0, stream>>>(y, z, w, groups, eps, rows, cols, out);
   check_launch("gated_rms_norm");
+}
+
+void launch_add_rms_norm(float* x, const float* b, const float* w, float eps, int64_t rows, int64_t cols, float* y,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  if (const int v = vec_per_thread(cols, {x, b, w, y})) {
+    return launch_norm_vec<kNormAdd>(v, dim3(unsigned(std::min(rows, kMaxGrid))), x, b, w, 1, eps, rows, cols, y,
+                                     stream);
+  }
+  launch_add(x, b, rows * cols, x, stream);
+  launch_rms_norm(x, w, eps, rows, cols, y, stream);
 }
 
 void launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {

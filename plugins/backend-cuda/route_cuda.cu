@@ -111,70 +111,109 @@ __global__ void route_kernel(const float* logits, const float* bias, int E, int 
 }
 
 // Ungrouped routing (n_group = 1, every Nemotron-H model) with top_k ≤ 32, one warp per token: lane
-// l keeps the sigmoids and keys of experts l, l + 32, … in registers. Each slot is a pairwise tree
-// over the lane's candidates, then a warp argmax by an xor butterfly, both in the CPU's order (key
-// descending, lower id on ties), so every lane agrees on the winner and the ids match the CPU. Lane
-// `slot` keeps the slot's weight; every lane adds the weights in slot order, as the CPU does.
+// l keeps the sigmoids and selection keys of experts l, l + 32, … in registers. The keys become
+// order-preserving 32-bit integers, and the top_k-th largest of them, T, is found by a search over
+// its bits, two at a time (16 steps of three warp-wide counts). The selection is then every expert
+// above T and, in id order, as many of those at T as complete top_k: the CPU's set (key descending,
+// lower id on ties). Its top_k members are ranked among themselves for their slots, and every lane
+// adds the weights in slot order, as the CPU does, so ids and weights match it. (The previous kernel
+// took one slot per round, each a register tree and a warp argmax: ~250 dependent instructions per
+// slot on one warp.)
 constexpr int kRouteWarps = 4;
+
+// Larger key → larger integer; −0 counts as +0 (equal keys stay equal). 0 marks "no expert": every
+// key is ≥ −INF, which maps to 0x007FFFFF (NaN keys are −INF already: rank_key).
+__device__ __forceinline__ uint32_t ordered_bits(float f) {
+  const uint32_t b = __float_as_uint(f + 0.0f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+template <int EPL>
+__device__ __forceinline__ int count_at_least(const uint32_t (&u)[EPL], uint32_t c) {
+  int n0 = 0, n1 = 0;  // two chains
+#pragma unroll
+  for (int i = 0; i < EPL; i += 2) {
+    n0 += u[i] >= c;
+    if (i + 1 < EPL) n1 += u[i + 1] >= c;
+  }
+  return n0 + n1;
+}
 
 template <int EPL>
 __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const float* logits, const float* bias, int E,
                                                                       int top_k, bool norm, float scaling, int64_t rows,
                                                                       int32_t* ids, float* weights) {
+  __shared__ uint32_t cand_u[kRouteWarps][32];
+  __shared__ int cand_id[kRouteWarps][32], slot_id[kRouteWarps][32];
+  __shared__ float cand_s[kRouteWarps][32], slot_s[kRouteWarps][32];
   pdl_wait();
   pdl_trigger();
-  const int lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t r = int64_t(blockIdx.x) * kRouteWarps + w;
   if (r >= rows) return;
+  const unsigned full = 0xffffffffu, below = (1u << lane) - 1u;
   const float* lr = logits + r * E;
-  float s[EPL], key[EPL];
+  float s[EPL];
+  uint32_t u[EPL];
 #pragma unroll
   for (int i = 0; i < EPL; ++i) {
     const int j = lane + 32 * i;
-    s[i] = 0.0f, key[i] = -INFINITY;
+    s[i] = 0.0f, u[i] = 0u;
     if (j < E) {
       s[i] = 1.0f / (1.0f + expf(-lr[j]));
-      key[i] = rank_key(bias ? s[i] + bias[j] : s[i]);
+      u[i] = ordered_bits(rank_key(bias ? s[i] + bias[j] : s[i]));
     }
   }
-  uint32_t taken = 0;
-  float mine = 0.0f, sum = 0.0f;
-  int my_id = 0;
-  for (int slot = 0; slot < top_k; ++slot) {
-    float v[EPL], w[EPL];
-    int id[EPL];
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) {
-      const int j = lane + 32 * i;
-      const bool ok = j < E && !(taken >> i & 1u);
-      v[i] = key[i], w[i] = s[i], id[i] = ok ? j : -1;
-    }
-    constexpr int kLevels = EPL >= 16 ? 4 : EPL >= 8 ? 3 : EPL >= 4 ? 2 : EPL >= 2 ? 1 : 0;
-#pragma unroll
-    for (int lvl = 0; lvl < kLevels; ++lvl) {
-      const int half = EPL >> (lvl + 1);
-#pragma unroll
-      for (int i = 0; i < EPL / 2; ++i)
-        if (i < half && better(v[i + half], id[i + half], v[i], id[i]))
-          v[i] = v[i + half], id[i] = id[i + half], w[i] = w[i + half];
-    }
-    float bv = v[0], bs = w[0];
-    int bi = id[0];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off), os = __shfl_xor_sync(0xffffffffu, bs, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi, bs = os;
-    }
-    if (lane == (bi & 31)) taken |= 1u << (bi >> 5);
-    if (lane == slot) mine = bs, my_id = bi;
-    sum += bs;
+  // T = the largest t with at least top_k keys ≥ t (top_k ≤ E: a real expert's key, so T > 0).
+  uint32_t t = 0;
+#pragma unroll 1
+  for (int b = 30; b >= 0; b -= 2) {
+    const uint32_t c1 = t | (1u << b), c2 = t | (2u << b), c3 = t | (3u << b);
+    const int n1 = __reduce_add_sync(full, count_at_least(u, c1));
+    const int n2 = __reduce_add_sync(full, count_at_least(u, c2));
+    const int n3 = __reduce_add_sync(full, count_at_least(u, c3));
+    t = n3 >= top_k ? c3 : n2 >= top_k ? c2 : n1 >= top_k ? c1 : t;
   }
+  int above = 0;
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) above += u[i] > t;
+  const int need = top_k - __reduce_add_sync(full, above);  // ≥ 1 experts at T, lowest ids first
+  // Expert lane + 32i comes before lane' + 32i' when i < i', or i = i' and lane < lane': the
+  // candidates at T are ranked (and the selection packed) in id order by one ballot per i.
+  int ties = 0, packed = 0;
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) {
+    const bool at = u[i] == t;
+    const unsigned tb = __ballot_sync(full, at);
+    const bool chosen = u[i] > t || (at && ties + __popc(tb & below) < need);
+    ties += __popc(tb);
+    const unsigned cb = __ballot_sync(full, chosen);
+    if (chosen) {
+      const int p = packed + __popc(cb & below);
+      cand_u[w][p] = u[i], cand_id[w][p] = lane + 32 * i, cand_s[w][p] = s[i];
+    }
+    packed += __popc(cb);
+  }
+  __syncwarp();
+  // Candidate lane's slot: how many candidates rank before it (key descending, lower id on ties).
   if (lane < top_k) {
-    float wt = mine;
+    const uint32_t mu = cand_u[w][lane];
+    const int mid = cand_id[w][lane];
+    int slot = 0;
+    for (int q = 0; q < top_k; ++q) {
+      const uint32_t uq = cand_u[w][q];
+      slot += uq > mu || (uq == mu && cand_id[w][q] < mid);
+    }
+    slot_id[w][slot] = mid, slot_s[w][slot] = cand_s[w][lane];
+  }
+  __syncwarp();
+  if (lane < top_k) {
+    float sum = 0.0f;
+    for (int q = 0; q < top_k; ++q) sum += slot_s[w][q];
+    float wt = slot_s[w][lane];
     if (norm) wt /= sum + 1e-20f;
     wt *= scaling;
-    ids[r * top_k + lane] = my_id;
+    ids[r * top_k + lane] = slot_id[w][lane];
     weights[r * top_k + lane] = wt;
   }
 }

@@ -77,6 +77,12 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // x = relu(x)² in place.
   virtual void relu2(const Tensor& x) = 0;
+  // The residual add and the next layer's norm: x += b, then y = rms_norm(x, w, eps). x, b, y [n, D];
+  // y distinct from x and b. The same bits as add(x, b, x) then rms_norm(x, w, eps, y), the default.
+  virtual void add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) {
+    add(x, b, x);
+    rms_norm(x, w, eps, y);
+  }
   // Causal GQA attention without positional encoding. q [n, nq·hd], k/v [n, nkv·hd] are the new
   // tokens at positions pos0 .. pos0+n−1; they are written into the caches (rows of nkv·hd) at those
   // positions first. Query i attends to cache rows 0 .. pos0+i. Softmax in fp32, scale hd^−0.5.

@@ -66,6 +66,36 @@ TEST_F(CudaBackendTest, RmsNormMatchesCpuAndRowsAreBatchInvariant) {
   record("rms_norm vs cpu (relative to max(1,|ref|))", worst, 1e-5);
 }
 
+// The fused residual add and norm: the bits of add then rms_norm on the GPU (both the one-launch form,
+// 1000 and 4096 columns, and the fallback, 66), near the CPU's, and x left holding the sum.
+TEST_F(CudaBackendTest, AddRmsNormIsAddThenNorm) {
+  double worst = 0;
+  for (int64_t cols : {66, 1000, 4096}) {
+    const int64_t rows = 5;
+    auto x = random_vec(rows * cols, 30 + cols, -2.f, 2.f), b = random_vec(rows * cols, 40 + cols, -2.f, 2.f);
+    auto w = random_vec(cols, 50 + cols, 0.5f, 1.5f);
+    std::vector<float> sum(x.size()), ref(x.size());
+    cpu::add(Tensor::f32(x.data(), rows, cols), Tensor::f32(b.data(), rows, cols), Tensor::f32(sum.data(), rows, cols));
+    cpu::rms_norm(Tensor::f32(sum.data(), rows, cols), w.data(), 1e-5f, Tensor::f32(ref.data(), rows, cols));
+    auto dx = to_device(*be, x), db = to_device(*be, b), dw = to_device(*be, w);
+    auto dy = poisoned_device(*be, x.size());
+    be->add_rms_norm(Tensor::f32(dx.p(), rows, cols), Tensor::f32(db.p(), rows, cols), dw.p(), 1e-5f,
+                     Tensor::f32(dy.p(), rows, cols));
+    auto got = to_host(*be, dy);
+    EXPECT_TRUE(same_bits(to_host(*be, dx), sum)) << "x += b, cols " << cols;
+    worst = std::max(worst, max_rel_err(got, ref));
+    // Separately on the GPU: the same bits.
+    auto dx2 = to_device(*be, x), dy2 = poisoned_device(*be, x.size());
+    be->add(Tensor::f32(dx2.p(), rows, cols), Tensor::f32(db.p(), rows, cols), Tensor::f32(dx2.p(), rows, cols));
+    be->rms_norm(Tensor::f32(dx2.p(), rows, cols), dw.p(), 1e-5f, Tensor::f32(dy2.p(), rows, cols));
+    EXPECT_TRUE(same_bits(to_host(*be, dy2), got)) << "cols " << cols;
+    EXPECT_THROW(be->add_rms_norm(Tensor::f32(dx.p(), rows, cols), Tensor::f32(db.p(), rows, cols), dw.p(), 1e-5f,
+                                  Tensor::f32(dx.p(), rows, cols)),
+                 Error);
+  }
+  record("add_rms_norm vs cpu (relative to max(1,|ref|))", worst, 1e-5);
+}
+
 TEST_F(CudaBackendTest, GatedRmsNormMatchesCpu) {
   double worst = 0;
   for (int groups : {1, 2, 8}) {
@@ -133,7 +163,11 @@ struct RouteCase {
 TEST_F(CudaBackendTest, RouteMatchesCpu) {
   const RouteCase cases[] = {{8, 3, 1, 1, true, true, 2.5f},    {16, 4, 1, 1, false, false, 1.0f},
                              {128, 6, 8, 4, true, true, 5.0f},  {64, 8, 8, 3, true, false, 1.0f},
-                             {512, 22, 1, 1, true, true, 2.5f}, {512, 22, 16, 5, true, true, 2.5f}};
+                             {512, 22, 1, 1, true, true, 2.5f}, {512, 22, 16, 5, true, true, 2.5f},
+                             // Bolt's layer sizes (9 of 240 … 496) and the edges of the warp kernel.
+                             {496, 9, 1, 1, true, true, 2.5f},  {240, 9, 1, 1, true, true, 2.5f},
+                             {300, 32, 1, 1, false, true, 1.0f}, {33, 1, 1, 1, true, false, 1.0f},
+                             {32, 32, 1, 1, false, true, 1.0f}};
   double worst = 0;
   uint64_t seed = 100;
   for (const RouteCase& c : cases) {
@@ -144,6 +178,11 @@ TEST_F(CudaBackendTest, RouteMatchesCpu) {
     auto logits = random_vec(n * c.E, seed++, -4.f, 4.f);
     // Ties: row 2 repeats a few values, so the lower id must win on both devices.
     for (int j = 0; j < c.E; ++j) logits[2 * c.E + j] = float(j % 3);
+    // Row 3: all equal (the lowest ids win); row 4: NaN logits (never chosen while others remain) and
+    // a few equal to the row's largest.
+    for (int j = 0; j < c.E; ++j) logits[3 * c.E + j] = 0.5f;
+    for (int j = 0; j < c.E; j += 3) logits[4 * c.E + j] = std::nanf("");
+    for (int j = 1; j < c.E; j += 7) logits[4 * c.E + j] = 4.0f;
     auto bias = random_vec(c.E, seed++, -0.3f, 0.3f);
     std::vector<int32_t> rid(n * c.k);
     std::vector<float> rw(n * c.k);
