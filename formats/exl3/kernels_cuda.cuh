@@ -142,12 +142,14 @@ struct GemvArgs {
   int round_hb = 0;             // tensor-core GEMV: 128-blocks of staged input per round (tc_round_hb)
 };
 
-// Ŵ tiles to fp16, row-major [k][cols] for the strips [strip0, strip0 + cols/16).
+// Ŵ tiles to fp16 for the strips [strip0, strip0 + cols/16), in the prefill GEMM's fragment order:
+// strip s (of the chunk) and tile row i at out[(s · tiles_k + i) · 32 + lane], a lane's 8 values as
+// its mma.m16n8k16 A fragment (16 output columns × 16 inputs, the format's own lane order).
 struct DecodeArgs {
   const uint32_t* w = nullptr;
   int tiles_k = 0, strips = 0;
   int strip0 = 0, cols = 0;
-  __half* out = nullptr;
+  uint4* out = nullptr;
 };
 
 // ---- pieces both GEMVs share ----
@@ -661,18 +663,11 @@ __global__ void decode_kernel(const DecodeArgs a) {
   const LaneWords lw = lane_words<K>(lane);
   uint32_t s[8];
   lane_states<K>(__ldg(t + lw.w0), __ldg(t + lw.w1), __ldg(t + lw.w2), lw.off, s);
-  const int r0 = (lane % 4) * 2, c0 = lane / 4;
-#pragma unroll
-  for (int q = 0; q < 8; q += 2) {
-    const uint32_t h = state_pair_f16<CB>(s[q], s[q + 1]);
-    // jj = q, q+1: rows r0 + {0,1,8,9}[q % 4 ..], column c0 (+8 for q ≥ 4)
-    const int c = c0 + (q >= 4 ? 8 : 0);
-    const int ra = r0 + ((q % 4) == 0 ? 0 : 8);
-    __half_raw lo, hi;
-    lo.x = uint16_t(h & 0xFFFFu), hi.x = uint16_t(h >> 16);
-    a.out[(int64_t(i) * 16 + ra) * a.cols + int64_t(jj) * 16 + c] = __half(lo);
-    a.out[(int64_t(i) * 16 + ra + 1) * a.cols + int64_t(jj) * 16 + c] = __half(hi);
-  }
+  // The A fragment as the GEMVs pass it: inputs 2q, 2q+1 of columns g (a0) and g + 8 (a1), then
+  // inputs 2q+8, 2q+9 (a2, a3).
+  a.out[(int64_t(jj) * a.tiles_k + i) * 32 + lane] =
+      make_uint4(state_pair_f16<CB>(s[0], s[1]), state_pair_f16<CB>(s[4], s[5]), state_pair_f16<CB>(s[2], s[3]),
+                 state_pair_f16<CB>(s[6], s[7]));
 }
 
 // Launches for one K; `cb`, `rows_pad` (1, 2, 4, 8, 16), gather and fuse_in pick the instance

@@ -95,47 +95,141 @@ __global__ void rotate_out_kernel(const OutArgs a) {
                 a.out_features, yr);
 }
 
-// z[rows, C] = xh[rows, k] · Wc[k, C] (Wc fp16, row-major with ld C); 64 × 64 outputs per block of 256
-// threads, 4 × 4 per thread, k in steps of 16 (k is a multiple of 128, C of 128). Each output sums in
-// k order.
-constexpr int kBm = 64, kBn = 64, kBk = 16;
-__global__ void __launch_bounds__(256) gemm_kernel(const float* xh, const __half* wc, int64_t rows, int64_t k,
-                                                   int64_t C, float* z) {
-  __shared__ float as[kBk][kBm + 4];
-  __shared__ float bs[kBk][kBn];
-  const int tx = int(threadIdx.x) % 16, ty = int(threadIdx.x) / 16;
-  const int64_t r0 = int64_t(blockIdx.y) * kBm, c0 = int64_t(blockIdx.x) * kBn;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < k; k0 += kBk) {
-    for (int i = int(threadIdx.x); i < kBm * kBk; i += 256) {
-      const int rr = i / kBk, kk = i % kBk;
-      const int64_t row = r0 + rr;
-      as[kk][rr] = row < rows ? xh[row * k + k0 + kk] : 0.0f;
-    }
-    for (int i = int(threadIdx.x); i < kBk * kBn; i += 256) {
-      const int kk = i / kBn, cc = i % kBn;
-      bs[kk][cc] = __half2float(wc[(k0 + kk) * C + c0 + cc]);
+// The prefill input: xh row r = H(x[r] zero-extended ⊙ suh) as fp16 hi + lo (natural order), each
+// (row, 128-block) scaled by a power of two into [2^14, 2^15) first (pow2_scale<14>: the tensor-core
+// GEMV's split), its 2^−e in xsc[r][b]. One warp per (row, 128-block).
+__global__ void rotate_split_kernel(const float* x, int64_t in_features, const float* suh, int64_t k, int64_t rows,
+                                    __half* xhi, __half* xlo, float* xsc) {
+  const int64_t blocks = k / kHad;
+  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  if (wid >= rows * blocks) return;
+  const int64_t r = wid / blocks, b = wid % blocks;
+  float v[4];
+  rotated_values(x, in_features, r, suh, b, lane, v);
+  float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
+  __half hi[4], lo[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) cuda::split_hi_lo(v[m] * sc.up, hi[m], lo[m]);
+  const int64_t o = r * k + b * kHad + lane * 4;
+  *reinterpret_cast<uint2*>(xhi + o) = *reinterpret_cast<const uint2*>(hi);
+  *reinterpret_cast<uint2*>(xlo + o) = *reinterpret_cast<const uint2*>(lo);
+  if (lane == 0) xsc[r * blocks + b] = sc.down;
+}
+
+// z[rows, C] = xh[rows, k] · Ŵ[k, C] on the tensor cores (mma.m16n8k16, fp16 × fp16 → fp32): Ŵ as
+// decode_kernel leaves it (per 16-column strip and 16-row tile, each lane's A fragment as 16 bytes),
+// xh as rotate_split_kernel's hi + lo, so every product is exact; per (row, 128-block) the hi and lo
+// products are summed on the tensor cores and then folded into the output times the block's scale.
+// Block: 64 rows × 128 columns, 8 warps as 2 row halves × 4 column pairs (a warp: 32 rows, 2 strips);
+// the block's rows of each 128-block of xh are staged through shared memory (cp.async, two stages)
+// and read as B fragments with ldmatrix. Each output sums its 128-blocks in k order.
+constexpr int kBm = 64, kBn = 128;
+constexpr int kXRow = kHad + 8;  // staged halves per row: 272 bytes, so ldmatrix's 8 rows hit 32 banks
+struct GemmStage {
+  __half hi[kBm][kXRow], lo[kBm][kXRow];
+  float sc[kBm];
+};
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void cp_async16_ptr(void* smem, const void* gmem) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+// The block's rows [r0, r0 + 64) of 128-block b (rows past `rows` read as row 0 and never written out).
+__device__ __forceinline__ void stage_x(GemmStage& st, const __half* xhi, const __half* xlo, const float* xsc,
+                                        int64_t rows, int64_t k, int64_t r0, int64_t b) {
+  // 64 rows × 16 pieces of 16 bytes, twice: 2048 pieces, 8 per thread.
+  for (int p = int(threadIdx.x); p < 2 * kBm * 16; p += 256) {
+    const int arr = p / (kBm * 16), rr = (p / 16) % kBm, piece = p % 16;
+    const int64_t row = r0 + rr < rows ? r0 + rr : 0;
+    const __half* src = (arr ? xlo : xhi) + row * k + b * kHad + piece * 8;
+    cp_async16_ptr(arr ? &st.lo[rr][piece * 8] : &st.hi[rr][piece * 8], src);
+  }
+  if (threadIdx.x < kBm) {
+    const int64_t row = r0 + threadIdx.x < rows ? r0 + threadIdx.x : 0;
+    st.sc[threadIdx.x] = xsc[row * (k / kHad) + b];
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+__global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const __half* xlo, const float* xsc,
+                                                      const uint4* wf, int64_t rows, int64_t k, int64_t C, float* z) {
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  GemmStage* st = reinterpret_cast<GemmStage*>(gemm_smem);  // [2]
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t r0 = int64_t(blockIdx.y) * kBm;
+  const int rh = warp / 4;                                      // rows rh·32 .. +32 of the block
+  const int64_t strip0 = int64_t(blockIdx.x) * 8 + (warp % 4) * 2;  // strips strip0, strip0 + 1
+  const int64_t tiles_k = k / 16, nhb = k / kHad;
+  // Lane's fragments: strip s, tile i at wf[(s · tiles_k + i) · 32 + lane].
+  const uint4* wa = wf + strip0 * tiles_k * 32 + lane;
+  const uint4* wb = wa + tiles_k * 32;
+  // ldmatrix row address for n-block nb: matrices 0, 1 = hi at k + 0, 8; 2, 3 = lo; rows lane % 8.
+  const int lm = lane / 8, lrow = lane % 8;
+  float acc[2][4][4] = {};
+  stage_x(st[0], xhi, xlo, xsc, rows, k, r0, 0);
+  for (int64_t b = 0; b < nhb; ++b) {
+    GemmStage& cur = st[b & 1];
+    if (b + 1 < nhb) {
+      stage_x(st[(b + 1) & 1], xhi, xlo, xsc, rows, k, r0, b + 1);
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     }
     __syncthreads();
+    float t[2][4][4] = {};
+    uint4 a0 = __ldg(wa + (b * 8) * 32), a1 = __ldg(wb + (b * 8) * 32);
 #pragma unroll
-    for (int kk = 0; kk < kBk; ++kk) {
-      float av[4], bv[4];
+    for (int tt = 0; tt < 8; ++tt) {
+      uint4 n0 = a0, n1 = a1;
+      if (tt + 1 < 8) n0 = __ldg(wa + (b * 8 + tt + 1) * 32), n1 = __ldg(wb + (b * 8 + tt + 1) * 32);
 #pragma unroll
-      for (int m = 0; m < 4; ++m) av[m] = as[kk][ty * 4 + m], bv[m] = bs[kk][tx * 4 + m];
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[m][q] = fmaf(av[m], bv[q], acc[m][q]);
+      for (int nb = 0; nb < 4; ++nb) {
+        uint32_t f[4];
+        ldmatrix_x4(f, lm < 2 ? &cur.hi[rh * 32 + nb * 8 + lrow][tt * 16 + (lm & 1) * 8]
+                              : &cur.lo[rh * 32 + nb * 8 + lrow][tt * 16 + (lm & 1) * 8]);
+        cuda::mma16816(t[0][nb], a0.x, a0.y, a0.z, a0.w, f[0], f[1]);
+        cuda::mma16816(t[0][nb], a0.x, a0.y, a0.z, a0.w, f[2], f[3]);
+        cuda::mma16816(t[1][nb], a1.x, a1.y, a1.z, a1.w, f[0], f[1]);
+        cuda::mma16816(t[1][nb], a1.x, a1.y, a1.z, a1.w, f[2], f[3]);
+      }
+      a0 = n0, a1 = n1;
     }
-    __syncthreads();
+    // Lane (g, q) of n-block nb holds rows nb·8 + 2q, 2q + 1 of columns g (t 0, 1) and g + 8 (2, 3).
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const float d0 = cur.sc[rh * 32 + nb * 8 + 2 * q], d1 = cur.sc[rh * 32 + nb * 8 + 2 * q + 1];
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        acc[s][nb][0] = fmaf(t[s][nb][0], d0, acc[s][nb][0]);
+        acc[s][nb][1] = fmaf(t[s][nb][1], d1, acc[s][nb][1]);
+        acc[s][nb][2] = fmaf(t[s][nb][2], d0, acc[s][nb][2]);
+        acc[s][nb][3] = fmaf(t[s][nb][3], d1, acc[s][nb][3]);
+      }
+    }
+    __syncthreads();  // the stage is refilled next round
   }
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int64_t row = r0 + ty * 4 + m;
-    if (row >= rows) continue;
+  for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int q = 0; q < 4; ++q) z[row * C + c0 + tx * 4 + q] = acc[m][q];
-  }
+    for (int nb = 0; nb < 4; ++nb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = r0 + rh * 32 + nb * 8 + 2 * q + h;
+        if (row >= rows) continue;
+        const int64_t col = (strip0 + s) * 16 + g;
+        z[row * C + col] = acc[s][nb][h];
+        z[row * C + col + 8] = acc[s][nb][2 + h];
+      }
 }
 
 // f(std::integral_constant<int, K>{}) for the kernels' K (1..8).
@@ -291,7 +385,8 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
   const int64_t C = prefill_chunk(w);
-  return align256(size_t(rows * w.k) * 4) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
+  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4) +
+         align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
 }
 
 size_t matmul_counters(const DeviceWeights& w, int64_t rows) {
@@ -330,18 +425,28 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     return;
   }
   const int64_t C = prefill_chunk(w);
-  float* xh = reinterpret_cast<float*>(ws);
-  float* z = reinterpret_cast<float*>(ws + align256(size_t(rows * w.k) * 4));
-  __half* wc = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 4) + align256(size_t(rows * C) * 4));
-  rotate_in(w, x, 1, nullptr, rows, false, xh, stream);
+  __half* xhi = reinterpret_cast<__half*>(ws);
+  ws += align256(size_t(rows * w.k) * 2);
+  __half* xlo = reinterpret_cast<__half*>(ws);
+  ws += align256(size_t(rows * w.k) * 2);
+  float* xsc = reinterpret_cast<float*>(ws);
+  ws += align256(size_t(rows * (w.k / kHad)) * 4);
+  float* z = reinterpret_cast<float*>(ws);
+  uint4* wf = reinterpret_cast<uint4*>(ws + align256(size_t(rows * C) * 4));
+  const int64_t warps = rows * (w.k / kHad);
+  rotate_split_kernel<<<warp_blocks(warps, 4), 128, 0, stream>>>(x, w.in_features, w.suh, w.k, rows, xhi, xlo, xsc);
+  check_launch("exl3 rotate_split");
+  static const bool smem_ok = cudaFuncSetAttribute(gemm_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(2 * sizeof(GemmStage))) == cudaSuccess;
+  if (!smem_ok) fail("exl3 (cuda): the prefill GEMM needs ", 2 * sizeof(GemmStage), " bytes of shared memory");
   for (int64_t c0 = 0; c0 < w.n; c0 += C) {
     const int64_t cols = std::min(C, w.n - c0);
     DecodeArgs d;
     d.w = w.trellis, d.tiles_k = int(w.k / 16), d.strips = int(w.n / 16), d.strip0 = int(c0 / 16);
-    d.cols = int(cols), d.out = wc;
+    d.cols = int(cols), d.out = wf;
     launch_decode(d, w.K, w.cb, stream);
     const dim3 grid(unsigned(cols / kBn), unsigned((rows + kBm - 1) / kBm));
-    gemm_kernel<<<grid, 256, 0, stream>>>(xh, wc, rows, w.k, cols, z);
+    gemm_tc_kernel<<<grid, 256, 2 * sizeof(GemmStage), stream>>>(xhi, xlo, xsc, wf, rows, w.k, cols, z);
     check_launch("exl3 gemm");
     OutArgs o;
     o.part = z, o.splits = 1, o.ldz = cols, o.width = cols, o.col0 = c0;

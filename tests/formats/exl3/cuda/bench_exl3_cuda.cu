@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   std::printf("  with the latent projections: %.3f ms\n", token + 40 * (lat1 + lat2));
   if (!all) return 0;
   std::printf("-- verify and prefill (rows of x) --\n");
-  for (int64_t n : {2, 4, 8, 16, 64}) {
+  for (int64_t n : {2, 4, 8, 16, 64, 512}) {
     const std::string a = "in_proj [18560, 4096] K=4 n=" + std::to_string(n);
     row(a.c_str(), bench_matmul(be, 18560, 4096, 4, n));
     const std::string b = "shared up [5376, 4096] K=4 n=" + std::to_string(n);

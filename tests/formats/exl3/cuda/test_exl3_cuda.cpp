@@ -92,7 +92,7 @@ class Exl3Cuda : public ::testing::TestWithParam<int> {
   std::unique_ptr<cuda::CudaBackend> be;
 };
 
-TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant) {
+TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenFortyAnd150RowsAndIsBatchInvariant) {
   const int K = GetParam();
   double worst = 0, worst_i8 = 0;
   for (int cb = 0; cb < 3; ++cb)
@@ -110,7 +110,7 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant)
       auto gpu = load_exl3_cuda(g, *be);
       ASSERT_EQ(gpu->shape(), (std::vector<int64_t>{c.out, c.in}));
       ASSERT_EQ(gpu->type_name(), "EXL3_K" + std::to_string(K) + "_" + codebook_name(Codebook(cb)));
-      const int64_t N = 40;
+      const int64_t N = 150;  // 40 and 150: the prefill GEMM with one partial and three row blocks
       auto x = random_vec(size_t(N * c.in), uint64_t(K * 31 + cb), -1.f, 1.f);
       const std::vector<double> want = reference(l, x, N);
       Dev dx = upload(*be, x);
@@ -124,7 +124,7 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenAndFortyRowsAndIsBatchInvariant)
       const double e1 = rel_err(single.data(), want, single.size());
       EXPECT_LE(e1, tol) << what << " n 1";
       w8 = std::max(w8, e1);
-      for (int64_t n = 2; n <= N; n = n == 16 ? N : n + 1) {
+      for (int64_t n = 2; n <= N; n = n == 16 ? 40 : n == 40 ? N : n + 1) {
         Dev dy = poisoned(*be, size_t(n * c.out));
         gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
         auto y = download(*be, dy);
