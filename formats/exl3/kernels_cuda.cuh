@@ -670,6 +670,148 @@ __global__ void decode_kernel(const DecodeArgs a) {
                  state_pair_f16<CB>(s[6], s[7]));
 }
 
+// ---- prefill: tensor-core GEMMs on the fp16 hi + lo split input ----
+// The input of a prefill GEMM: per row, rotated (×suh, 128-point Hadamard) and split per 128-block
+// into fp16 hi + lo after a power-of-two scale into [2^14, 2^15), whose inverse is kept per (row,
+// block): [rows][k] halves twice, [rows][k/128] floats (matmul_cuda.cu's rotate_split_kernel). Blocks
+// of 64 rows stage it one 128-block at a time (two stages, cp.async) and read B fragments with
+// ldmatrix; each 128-block's hi and lo products are summed on the tensor cores and folded into the
+// output times the block's scale, so every product is exact and each output sums in k order.
+constexpr int kBm = 64;
+constexpr int kXRow = kHad + 8;  // staged halves per row: 272 bytes, so ldmatrix's 8 rows hit 32 banks
+struct GemmStage {
+  __half hi[kBm][kXRow], lo[kBm][kXRow];
+  float sc[kBm];
+};
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// 128-block b of the 64 rows row_of(0 .. 63) into st (256 threads; one commit group).
+template <class RowOf>
+__device__ __forceinline__ void stage_x(GemmStage& st, const __half* xhi, const __half* xlo, const float* xsc,
+                                        int64_t k, int64_t b, RowOf row_of) {
+  for (int p = int(threadIdx.x); p < 2 * kBm * 16; p += 256) {  // 64 rows × 16 pieces of 16 bytes, twice
+    const int arr = p / (kBm * 16), rr = (p / 16) % kBm, piece = p % 16;
+    const __half* src = (arr ? xlo : xhi) + row_of(rr) * k + b * kHad + piece * 8;
+    cp_async16(unsigned(__cvta_generic_to_shared(arr ? &st.lo[rr][piece * 8] : &st.hi[rr][piece * 8])), src);
+  }
+  if (threadIdx.x < kBm) st.sc[threadIdx.x] = xsc[row_of(int(threadIdx.x)) * (k / kHad) + b];
+  cp_async_commit();
+}
+// B fragments of n-block nb (rows nb·8 .. +8 of the stage) at tile tt of the staged 128-block:
+// f0, f1 hi (inputs 2q, 2q+1 | 2q+8, 2q+9 of row g), f2, f3 lo.
+__device__ __forceinline__ void stage_fragments(const GemmStage& st, int nb, int tt, int lane, uint32_t (&f)[4]) {
+  const int lm = lane / 8, row = nb * 8 + lane % 8, col = tt * 16 + (lm & 1) * 8;
+  ldmatrix_x4(f, lm < 2 ? &st.hi[row][col] : &st.lo[row][col]);
+}
+
+// Prefill gathers (more rows than a verify pass has, launch_gather_matmul): block (c, e) computes the
+// rows whose id is e, output columns c·128 .. +128. It lists them (ascending), then per group of 64
+// stages their split input (as above) while each warp decodes its 16-column strip's A fragments
+// straight from the expert's trellis words, once per tile for all the group's rows: an expert's
+// weights are decoded once per 64 of its rows instead of once per row. z [rows][n].
+struct GatherGemmArgs {
+  const uint32_t* w = nullptr;
+  int64_t expert_words = 0;
+  int strips = 0, n_experts = 0;
+  const int32_t* ids = nullptr;
+  int rows = 0;
+  const __half* xhi = nullptr;
+  const __half* xlo = nullptr;
+  const float* xsc = nullptr;
+  int64_t k = 0, n = 0;
+  float* z = nullptr;
+};
+__host__ __device__ constexpr size_t gather_gemm_smem(int rows) { return 2 * sizeof(GemmStage) + size_t(rows) * 4; }
+
+template <int K, int CB>
+__global__ void __launch_bounds__(256) gather_gemm_kernel(const GatherGemmArgs a) {
+  extern __shared__ __align__(16) unsigned char gg_smem[];
+  GemmStage* st = reinterpret_cast<GemmStage*>(gg_smem);  // [2]
+  int* list = reinterpret_cast<int*>(gg_smem + 2 * sizeof(GemmStage));
+  __shared__ int wcount[kGemvWarps];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int e = int(blockIdx.y);
+  const unsigned below = (1u << lane) - 1u;
+  // The expert's rows in ascending order: per round of 256 rows, a ballot per warp and the warps' counts.
+  int nrows = 0;
+  for (int r0 = 0; r0 < a.rows; r0 += 256) {
+    const int r = r0 + int(threadIdx.x);
+    const bool mine = r < a.rows && a.ids[r] == e;
+    const unsigned bal = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) wcount[warp] = __popc(bal);
+    __syncthreads();
+    int off = nrows, total = 0;
+    for (int w = 0; w < kGemvWarps; ++w) off += w < warp ? wcount[w] : 0, total += wcount[w];
+    if (mine) list[off + __popc(bal & below)] = r;
+    nrows += total;
+    __syncthreads();
+  }
+  if (nrows == 0) return;
+  const int strip = int(blockIdx.x) * kGemvWarps + warp;  // n is a multiple of 128: every warp has one
+  const uint32_t* wt = a.w + int64_t(e) * a.expert_words + int64_t(strip) * (8 * K);
+  const int64_t tile_stride = int64_t(a.strips) * (8 * K);  // words between tile rows i and i + 1
+  const LaneWords lw = lane_words<K>(lane);
+  const int64_t nhb = a.k / kHad;
+  for (int g0 = 0; g0 < nrows; g0 += kBm) {
+    const int gn = min(kBm, nrows - g0), nbn = (gn + 7) / 8;
+    auto row_of = [&](int rr) { return int64_t(list[g0 + (rr < gn ? rr : 0)]); };
+    float acc[8][4] = {};
+    stage_x(st[0], a.xhi, a.xlo, a.xsc, a.k, 0, row_of);
+    for (int64_t b = 0; b < nhb; ++b) {
+      const GemmStage& cur = st[b & 1];
+      if (b + 1 < nhb) {
+        stage_x(st[(b + 1) & 1], a.xhi, a.xlo, a.xsc, a.k, b + 1, row_of);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      float t[8][4] = {};
+#pragma unroll
+      for (int tt = 0; tt < 8; ++tt) {
+        const uint32_t* tp = wt + (b * 8 + tt) * tile_stride;
+        uint32_t s[8];
+        lane_states<K>(__ldg(tp + lw.w0), __ldg(tp + lw.w1), __ldg(tp + lw.w2), lw.off, s);
+        const uint32_t a0 = state_pair_f16<CB>(s[0], s[1]), a1 = state_pair_f16<CB>(s[4], s[5]);
+        const uint32_t a2 = state_pair_f16<CB>(s[2], s[3]), a3 = state_pair_f16<CB>(s[6], s[7]);
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          if (nb >= nbn) break;
+          uint32_t f[4];
+          stage_fragments(cur, nb, tt, lane, f);
+          cuda::mma16816(t[nb], a0, a1, a2, a3, f[0], f[1]);
+          cuda::mma16816(t[nb], a0, a1, a2, a3, f[2], f[3]);
+        }
+      }
+      // Lane (g, q) of n-block nb holds rows nb·8 + 2q, 2q + 1 of columns g (t 0, 1) and g + 8 (2, 3).
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb >= nbn) break;
+        const float d0 = cur.sc[nb * 8 + 2 * q], d1 = cur.sc[nb * 8 + 2 * q + 1];
+        acc[nb][0] = fmaf(t[nb][0], d0, acc[nb][0]);
+        acc[nb][1] = fmaf(t[nb][1], d1, acc[nb][1]);
+        acc[nb][2] = fmaf(t[nb][2], d0, acc[nb][2]);
+        acc[nb][3] = fmaf(t[nb][3], d1, acc[nb][3]);
+      }
+      __syncthreads();  // the stage is refilled next round
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = nb * 8 + 2 * q + h;
+        if (rr >= gn) continue;
+        float* zr = a.z + int64_t(list[g0 + rr]) * a.n + int64_t(strip) * 16 + g;
+        zr[0] = acc[nb][h];
+        zr[8] = acc[nb][2 + h];
+      }
+  }
+}
+
 // Launches for one K; `cb`, `rows_pad` (1, 2, 4, 8, 16), gather and fuse_in pick the instance
 // (fuse_in only for rows_pad ≤ 4); `smem` is the dynamic shared memory (FuseIn). Defined below,
 // instantiated once per K in a generated file.
@@ -682,6 +824,9 @@ template <int K>
 void launch_gemv_tc_k(const GemvArgs& a, int cb, int rows_pad, bool i8, dim3 grid, cudaStream_t stream);
 template <int K>
 void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream);
+// gather_gemm_kernel over grid (n/128, experts).
+template <int K>
+void launch_gather_gemm_k(const GatherGemmArgs& a, int cb, cudaStream_t stream);
 
 template <int K, int CB>
 void launch_gemv_kc(const GemvArgs& a, int rows_pad, bool gather, bool fuse_in, dim3 grid, size_t smem,
@@ -758,14 +903,29 @@ void launch_decode_k(const DecodeArgs& a, int cb, cudaStream_t stream) {
   else decode_kernel<K, kCb3Inst><<<blocks, 256, 0, stream>>>(a);
 }
 
+template <int K>
+void launch_gather_gemm_k(const GatherGemmArgs& a, int cb, cudaStream_t stream) {
+  const dim3 grid(unsigned(a.n / kHad), unsigned(a.n_experts));
+  const size_t smem = gather_gemm_smem(a.rows);
+  auto go = [&](auto kernel) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    kernel<<<grid, 256, smem, stream>>>(a);
+  };
+  if (cb == kCbMul1) go(gather_gemm_kernel<K, kCbMul1>);
+  else if (cb == kCbMcg) go(gather_gemm_kernel<K, kCbMcg>);
+  else go(gather_gemm_kernel<K, kCb3Inst>);
+}
+
 #define TANDEM_EXL3_CUDA_INSTANCE(K)                                                                          \
   template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);          \
   template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                       \
-  template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
+  template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);                                      \
+  template void launch_gather_gemm_k<K>(const GatherGemmArgs&, int, cudaStream_t);
 
 #define TANDEM_EXL3_CUDA_EXTERN(K)                                                                            \
   extern template void launch_gemv_k<K>(const GemvArgs&, int, int, bool, bool, dim3, size_t, cudaStream_t);   \
   extern template void launch_gemv_tc_k<K>(const GemvArgs&, int, int, bool, dim3, cudaStream_t);                \
-  extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);
+  extern template void launch_decode_k<K>(const DecodeArgs&, int, cudaStream_t);                               \
+  extern template void launch_gather_gemm_k<K>(const GatherGemmArgs&, int, cudaStream_t);
 
 }  // namespace tandem::exl3::kcuda

@@ -29,6 +29,10 @@ namespace {
 using cuda::check_launch;
 
 constexpr int kRowChunk = 4096;  // gather rows per round (bounds the workspace)
+// Gathers of more rows than a verify pass can have (16 tokens × 32 experts each) run as prefill: the
+// grouped tensor-core GEMM (gather_gemm_kernel); up to this many, the per-row GEMV, whose rows have
+// the bits of a single row's.
+constexpr int64_t kGatherGemvMaxRows = 16 * 32;
 
 // xh row r = H(x[r / per_x] zero-extended ⊙ suh[e]) with e = ids[r] (gather) or 0; one warp per
 // (row, 128-block). `fragment`: the GEMV's order (per 16-row tile, lane class q = 0..3 holds tile rows
@@ -98,15 +102,23 @@ __global__ void rotate_out_kernel(const OutArgs a) {
 // The prefill input: xh row r = H(x[r] zero-extended ⊙ suh) as fp16 hi + lo (natural order), each
 // (row, 128-block) scaled by a power of two into [2^14, 2^15) first (pow2_scale<14>: the tensor-core
 // GEMV's split), its 2^−e in xsc[r][b]. One warp per (row, 128-block).
-__global__ void rotate_split_kernel(const float* x, int64_t in_features, const float* suh, int64_t k, int64_t rows,
-                                    __half* xhi, __half* xlo, float* xsc) {
+// Gathers: row r is x[r / per_x] with expert ids[r]'s suh (a row with an id out of range is left as
+// it is: no expert lists it, and rotate_out writes it NaN).
+__global__ void rotate_split_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
+                                    const float* suh, int64_t k, int64_t rows, __half* xhi, __half* xlo, float* xsc) {
   const int64_t blocks = k / kHad;
   const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = int(threadIdx.x) % 32;
   if (wid >= rows * blocks) return;
   const int64_t r = wid / blocks, b = wid % blocks;
+  const float* su = suh;
+  if (ids) {
+    const int e = ids[r];
+    if (e < 0 || e >= n_experts) return;
+    su += int64_t(e) * k;
+  }
   float v[4];
-  rotated_values(x, in_features, r, suh, b, lane, v);
+  rotated_values(x, in_features, r / per_x, su, b, lane, v);
   float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -127,39 +139,7 @@ __global__ void rotate_split_kernel(const float* x, int64_t in_features, const f
 // Block: 64 rows × 128 columns, 8 warps as 2 row halves × 4 column pairs (a warp: 32 rows, 2 strips);
 // the block's rows of each 128-block of xh are staged through shared memory (cp.async, two stages)
 // and read as B fragments with ldmatrix. Each output sums its 128-blocks in k order.
-constexpr int kBm = 64, kBn = 128;
-constexpr int kXRow = kHad + 8;  // staged halves per row: 272 bytes, so ldmatrix's 8 rows hit 32 banks
-struct GemmStage {
-  __half hi[kBm][kXRow], lo[kBm][kXRow];
-  float sc[kBm];
-};
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
-  const unsigned a = unsigned(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void cp_async16_ptr(void* smem, const void* gmem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-// The block's rows [r0, r0 + 64) of 128-block b (rows past `rows` read as row 0 and never written out).
-__device__ __forceinline__ void stage_x(GemmStage& st, const __half* xhi, const __half* xlo, const float* xsc,
-                                        int64_t rows, int64_t k, int64_t r0, int64_t b) {
-  // 64 rows × 16 pieces of 16 bytes, twice: 2048 pieces, 8 per thread.
-  for (int p = int(threadIdx.x); p < 2 * kBm * 16; p += 256) {
-    const int arr = p / (kBm * 16), rr = (p / 16) % kBm, piece = p % 16;
-    const int64_t row = r0 + rr < rows ? r0 + rr : 0;
-    const __half* src = (arr ? xlo : xhi) + row * k + b * kHad + piece * 8;
-    cp_async16_ptr(arr ? &st.lo[rr][piece * 8] : &st.hi[rr][piece * 8], src);
-  }
-  if (threadIdx.x < kBm) {
-    const int64_t row = r0 + threadIdx.x < rows ? r0 + threadIdx.x : 0;
-    st.sc[threadIdx.x] = xsc[row * (k / kHad) + b];
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
+constexpr int kBn = 128;
 __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const __half* xlo, const float* xsc,
                                                       const uint4* wf, int64_t rows, int64_t k, int64_t C, float* z) {
   extern __shared__ __align__(16) unsigned char gemm_smem[];
@@ -176,11 +156,12 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
   // ldmatrix row address for n-block nb: matrices 0, 1 = hi at k + 0, 8; 2, 3 = lo; rows lane % 8.
   const int lm = lane / 8, lrow = lane % 8;
   float acc[2][4][4] = {};
-  stage_x(st[0], xhi, xlo, xsc, rows, k, r0, 0);
+  auto row_of = [&](int rr) { return r0 + rr < rows ? r0 + rr : int64_t(0); };  // past the rows: row 0, unused
+  stage_x(st[0], xhi, xlo, xsc, k, 0, row_of);
   for (int64_t b = 0; b < nhb; ++b) {
     GemmStage& cur = st[b & 1];
     if (b + 1 < nhb) {
-      stage_x(st[(b + 1) & 1], xhi, xlo, xsc, rows, k, r0, b + 1);
+      stage_x(st[(b + 1) & 1], xhi, xlo, xsc, k, b + 1, row_of);
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     } else {
       asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -434,7 +415,8 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
   float* z = reinterpret_cast<float*>(ws);
   uint4* wf = reinterpret_cast<uint4*>(ws + align256(size_t(rows * C) * 4));
   const int64_t warps = rows * (w.k / kHad);
-  rotate_split_kernel<<<warp_blocks(warps, 4), 128, 0, stream>>>(x, w.in_features, w.suh, w.k, rows, xhi, xlo, xsc);
+  rotate_split_kernel<<<warp_blocks(warps, 4), 128, 0, stream>>>(x, w.in_features, 1, nullptr, 1, w.suh, w.k, rows,
+                                                                  xhi, xlo, xsc);
   check_launch("exl3 rotate_split");
   static const bool smem_ok = cudaFuncSetAttribute(gemm_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    int(2 * sizeof(GemmStage))) == cudaSuccess;
@@ -461,11 +443,17 @@ int64_t gather_chunk(int64_t rows, int per_x) {
 }
 }  // namespace
 
+// The split input (hi, lo, scales) and z of one round of the grouped prefill gather.
+size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) {
+  return 2 * align256(size_t(rc * w.k) * 2) + align256(size_t(rc * (w.k / kHad)) * 4) + size_t(rc * w.n) * 4;
+}
+
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
   const int64_t rc = gather_chunk(rows, per_x);
   const GemvPlan p = plan_gemv(w, 1, true);
-  return (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
-         (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
+  const size_t gemv = (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
+                      (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
+  return rows > kGatherGemvMaxRows ? std::max(gemv, gather_gemm_bytes(w, rc)) : gemv;
 }
 
 size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
@@ -484,6 +472,30 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     const int32_t* ids_c = ids + r0;
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
+    if (rows > kGatherGemvMaxRows) {
+      __half* xhi = reinterpret_cast<__half*>(ws);
+      ws += align256(size_t(rc * w.k) * 2);
+      __half* xlo = reinterpret_cast<__half*>(ws);
+      ws += align256(size_t(rc * w.k) * 2);
+      float* xsc = reinterpret_cast<float*>(ws);
+      ws += align256(size_t(rc * (w.k / kHad)) * 4);
+      float* z = reinterpret_cast<float*>(ws);
+      rotate_split_kernel<<<warp_blocks(rc * (w.k / kHad), 4), 128, 0, stream>>>(
+          x_c, w.in_features, per_x, ids_c, w.n_experts, w.suh, w.k, rc, xhi, xlo, xsc);
+      check_launch("exl3 rotate_split (gather)");
+      GatherGemmArgs g;
+      g.w = w.trellis, g.expert_words = (w.k / 16) * (w.n / 16) * 8 * w.K;
+      g.strips = int(w.n / 16), g.n_experts = w.n_experts, g.ids = ids_c, g.rows = int(rc);
+      g.xhi = xhi, g.xlo = xlo, g.xsc = xsc, g.k = w.k, g.n = w.n, g.z = z;
+      with_k(w.K, [&](auto k) { launch_gather_gemm_k<decltype(k)::value>(g, w.cb, stream); });
+      check_launch("exl3 gather gemm");
+      OutArgs o;
+      o.part = z, o.splits = 1, o.ldz = w.n, o.width = w.n, o.col0 = 0, o.rows = rc, o.ids = ids_c;
+      o.n_experts = w.n_experts, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features;
+      o.y = y_c;
+      rotate_out(o, stream);
+      continue;
+    }
     float* xh = nullptr;
     if (!p.fuse_in) {
       xh = reinterpret_cast<float*>(ws);

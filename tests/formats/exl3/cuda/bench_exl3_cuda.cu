@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     row(b.c_str(), bench_matmul(be, 5376, 4096, 4, n));
   }
   row("routed up 16 tokens x 9 [2304, 1024] K=2", bench_gather(be, 128, 9, 2304, 1024, 2, 16));
+  row("routed up 512 tokens x 9 [2304, 1024] K=2 (grouped)", bench_gather(be, 128, 9, 2304, 1024, 2, 512));
   std::printf("-- every K, [16384, 4096], n=1 --\n");
   for (int K = 1; K <= 8; ++K) {
     const std::string a = "[16384, 4096] K=" + std::to_string(K);
