@@ -34,25 +34,34 @@ constexpr int kRowChunk = 4096;  // gather rows per round (bounds the workspace)
 // the bits of a single row's.
 constexpr int64_t kGatherGemvMaxRows = 16 * 32;
 
+// The input rotations' work item: the calling warp's (row r, 128-block b) and the suh of the row's
+// expert (ids: a gather, ids[r]; else expert 0). False past the last item or for an id out of range.
+struct RowBlock {
+  int64_t r, b;
+  const float* su;
+};
+__device__ __forceinline__ bool row_block(int64_t rows, int64_t k, const int32_t* ids, int n_experts,
+                                          const float* suh, RowBlock& rb) {
+  const int64_t blocks = k / kHad;
+  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (wid >= rows * blocks) return false;
+  rb.r = wid / blocks, rb.b = wid % blocks, rb.su = suh;
+  if (!ids) return true;
+  const int e = ids[rb.r];
+  if (e < 0 || e >= n_experts) return false;
+  rb.su += int64_t(e) * k;
+  return true;
+}
+
 // xh row r = H(x[r / per_x] zero-extended ⊙ suh[e]) with e = ids[r] (gather) or 0; one warp per
 // (row, 128-block). `fragment`: the GEMV's order (per 16-row tile, lane class q = 0..3 holds tile rows
 // 2q, 2q+1, 2q+8, 2q+9 as one float4), else natural order.
 __global__ void rotate_in_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
                                  const float* suh, int64_t k, int64_t rows, bool fragment, float* xh) {
-  const int64_t blocks = k / kHad;
-  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = int(threadIdx.x) % 32;
-  if (wid >= rows * blocks) return;
-  const int64_t r = wid / blocks, b = wid % blocks;
-  const float* su = suh;
-  int64_t xr = r;
-  if (ids) {
-    const int e = ids[r];
-    if (e < 0 || e >= n_experts) return;
-    su += int64_t(e) * k;
-    xr = r / per_x;
-  }
-  rotate_block(x, in_features, xr, su, b, lane, fragment, xh + r * k + b * kHad);
+  RowBlock rb;
+  if (!row_block(rows, k, ids, n_experts, suh, rb)) return;
+  rotate_block(x, in_features, ids ? rb.r / per_x : rb.r, rb.su, rb.b, int(threadIdx.x) % 32, fragment,
+               xh + rb.r * k + rb.b * kHad);
 }
 
 // y[r, col0 + c] for c in the chunk: z = Σ_s part[s] (split order), H(z) ⊙ svh[e] + bias[e], trimmed
@@ -106,19 +115,12 @@ __global__ void rotate_out_kernel(const OutArgs a) {
 // it is: no expert lists it, and rotate_out writes it NaN).
 __global__ void rotate_split_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
                                     const float* suh, int64_t k, int64_t rows, __half* xhi, __half* xlo, float* xsc) {
-  const int64_t blocks = k / kHad;
-  const int64_t wid = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  RowBlock rb;
+  if (!row_block(rows, k, ids, n_experts, suh, rb)) return;
+  const int64_t r = rb.r, b = rb.b, blocks = k / kHad;
   const int lane = int(threadIdx.x) % 32;
-  if (wid >= rows * blocks) return;
-  const int64_t r = wid / blocks, b = wid % blocks;
-  const float* su = suh;
-  if (ids) {
-    const int e = ids[r];
-    if (e < 0 || e >= n_experts) return;
-    su += int64_t(e) * k;
-  }
   float v[4];
-  rotated_values(x, in_features, r / per_x, su, b, lane, v);
+  rotated_values(x, in_features, r / per_x, rb.su, b, lane, v);
   float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -261,6 +263,31 @@ void rotate_out(OutArgs a, cudaStream_t s) {
   check_launch("exl3 rotate_out");
 }
 
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// The prefill GEMMs' split input (rotate_split_kernel) of `rows` rows, carved from the front of ws
+// (which then points past it); ids/per_x as for the gather (null ids: row r is x[r]).
+struct SplitInput {
+  __half* hi;
+  __half* lo;
+  float* sc;
+};
+size_t split_input_bytes(const DeviceWeights& w, int64_t rows) {
+  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4);
+}
+SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const int32_t* ids, int64_t rows, char*& ws,
+                       cudaStream_t s) {
+  SplitInput in;
+  in.hi = reinterpret_cast<__half*>(ws);
+  in.lo = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 2));
+  in.sc = reinterpret_cast<float*>(ws + 2 * align256(size_t(rows * w.k) * 2));
+  ws += split_input_bytes(w, rows);
+  rotate_split_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(x, w.in_features, per_x, ids, w.n_experts,
+                                                                          w.suh, w.k, rows, in.hi, in.lo, in.sc);
+  check_launch("exl3 rotate_split");
+  return in;
+}
+
 int rows_pad_of(int64_t rows) {
   int p = 1;
   while (p < rows) p *= 2;
@@ -301,7 +328,6 @@ int64_t prefill_chunk(const DeviceWeights& w) {
   return std::min(c, w.n);
 }
 
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -366,8 +392,7 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
   const int64_t C = prefill_chunk(w);
-  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4) +
-         align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
+  return split_input_bytes(w, rows) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
 }
 
 size_t matmul_counters(const DeviceWeights& w, int64_t rows) {
@@ -406,18 +431,9 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     return;
   }
   const int64_t C = prefill_chunk(w);
-  __half* xhi = reinterpret_cast<__half*>(ws);
-  ws += align256(size_t(rows * w.k) * 2);
-  __half* xlo = reinterpret_cast<__half*>(ws);
-  ws += align256(size_t(rows * w.k) * 2);
-  float* xsc = reinterpret_cast<float*>(ws);
-  ws += align256(size_t(rows * (w.k / kHad)) * 4);
+  const SplitInput in = split_input(w, x, 1, nullptr, rows, ws, stream);
   float* z = reinterpret_cast<float*>(ws);
   uint4* wf = reinterpret_cast<uint4*>(ws + align256(size_t(rows * C) * 4));
-  const int64_t warps = rows * (w.k / kHad);
-  rotate_split_kernel<<<warp_blocks(warps, 4), 128, 0, stream>>>(x, w.in_features, 1, nullptr, 1, w.suh, w.k, rows,
-                                                                  xhi, xlo, xsc);
-  check_launch("exl3 rotate_split");
   static const bool smem_ok = cudaFuncSetAttribute(gemm_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    int(2 * sizeof(GemmStage))) == cudaSuccess;
   if (!smem_ok) fail("exl3 (cuda): the prefill GEMM needs ", 2 * sizeof(GemmStage), " bytes of shared memory");
@@ -428,7 +444,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     d.cols = int(cols), d.out = wf;
     launch_decode(d, w.K, w.cb, stream);
     const dim3 grid(unsigned(cols / kBn), unsigned((rows + kBm - 1) / kBm));
-    gemm_tc_kernel<<<grid, 256, 2 * sizeof(GemmStage), stream>>>(xhi, xlo, xsc, wf, rows, w.k, cols, z);
+    gemm_tc_kernel<<<grid, 256, 2 * sizeof(GemmStage), stream>>>(in.hi, in.lo, in.sc, wf, rows, w.k, cols, z);
     check_launch("exl3 gemm");
     OutArgs o;
     o.part = z, o.splits = 1, o.ldz = cols, o.width = cols, o.col0 = c0;
@@ -443,10 +459,8 @@ int64_t gather_chunk(int64_t rows, int per_x) {
 }
 }  // namespace
 
-// The split input (hi, lo, scales) and z of one round of the grouped prefill gather.
-size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) {
-  return 2 * align256(size_t(rc * w.k) * 2) + align256(size_t(rc * (w.k / kHad)) * 4) + size_t(rc * w.n) * 4;
-}
+// The split input and z of one round of the grouped prefill gather.
+size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) { return split_input_bytes(w, rc) + size_t(rc * w.n) * 4; }
 
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
   const int64_t rc = gather_chunk(rows, per_x);
@@ -473,20 +487,12 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
     if (rows > kGatherGemvMaxRows) {
-      __half* xhi = reinterpret_cast<__half*>(ws);
-      ws += align256(size_t(rc * w.k) * 2);
-      __half* xlo = reinterpret_cast<__half*>(ws);
-      ws += align256(size_t(rc * w.k) * 2);
-      float* xsc = reinterpret_cast<float*>(ws);
-      ws += align256(size_t(rc * (w.k / kHad)) * 4);
+      const SplitInput in = split_input(w, x_c, per_x, ids_c, rc, ws, stream);
       float* z = reinterpret_cast<float*>(ws);
-      rotate_split_kernel<<<warp_blocks(rc * (w.k / kHad), 4), 128, 0, stream>>>(
-          x_c, w.in_features, per_x, ids_c, w.n_experts, w.suh, w.k, rc, xhi, xlo, xsc);
-      check_launch("exl3 rotate_split (gather)");
       GatherGemmArgs g;
       g.w = w.trellis, g.expert_words = (w.k / 16) * (w.n / 16) * 8 * w.K;
       g.strips = int(w.n / 16), g.n_experts = w.n_experts, g.ids = ids_c, g.rows = int(rc);
-      g.xhi = xhi, g.xlo = xlo, g.xsc = xsc, g.k = w.k, g.n = w.n, g.z = z;
+      g.xhi = in.hi, g.xlo = in.lo, g.xsc = in.sc, g.k = w.k, g.n = w.n, g.z = z;
       with_k(w.K, [&](auto k) { launch_gather_gemm_k<decltype(k)::value>(g, w.cb, stream); });
       check_launch("exl3 gather gemm");
       OutArgs o;

@@ -90,6 +90,18 @@ class Exl3Cuda : public ::testing::TestWithParam<int> {
     be = std::make_unique<cuda::CudaBackend>();
   }
   std::unique_ptr<cuda::CudaBackend> be;
+  // set's gather of rows ids.size() = nx · per_x (row r: expert ids[r], x row r / per_x), on the host.
+  std::vector<float> gather(const ExpertSet& set, const std::vector<float>& x, int64_t nx, const Case& c,
+                            const std::vector<int32_t>& ids, int per_x) {
+    const int64_t rows = int64_t(ids.size());
+    Dev dx = upload(*be, x);
+    auto dids = be->alloc(ids.size() * 4);
+    be->upload(dids->data(), ids.data(), ids.size() * 4);
+    Dev dy = poisoned(*be, size_t(rows * c.out));
+    set.gather_matmul(Tensor::f32(dx.p(), nx, c.in), static_cast<int32_t*>(dids->data()), per_x,
+                      Tensor::f32(dy.p(), rows, c.out));
+    return download(*be, dy);
+  }
 };
 
 TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenFortyAnd150RowsAndIsBatchInvariant) {
@@ -204,10 +216,7 @@ TEST_P(Exl3Cuda, GatherMatmulMatchesPerExpertReferenceAndIsBatchInvariantPerRow)
       Dev dx = upload(*be, x);
       auto dids = be->alloc(ids.size() * 4);
       be->upload(dids->data(), ids.data(), ids.size() * 4);
-      Dev dy = poisoned(*be, size_t(rows * c.out));
-      set->gather_matmul(Tensor::f32(dx.p(), nx, c.in), static_cast<int32_t*>(dids->data()), per_x,
-                         Tensor::f32(dy.p(), rows, c.out));
-      auto got = download(*be, dy);
+      const std::vector<float> got = gather(*set, x, nx, c, ids, per_x);
       for (int64_t r = 0; r < rows; ++r) {
         const int e = ids[size_t(r)];
         const std::vector<float> xr(x.begin() + (r / per_x) * c.in, x.begin() + (r / per_x + 1) * c.in);
@@ -270,13 +279,7 @@ TEST_P(Exl3Cuda, PrefillSizedGatherRunsTheGroupedGemm) {
     // Expert 5 gets none; expert 0 most (several groups of 64); row 7 an id out of range.
     for (int64_t r = 0; r < rows; ++r) ids.push_back(r % 3 == 0 ? 0 : int32_t(r % 5));
     ids[7] = E + 1;
-    Dev dx = upload(*be, x);
-    auto dids = be->alloc(ids.size() * 4);
-    be->upload(dids->data(), ids.data(), ids.size() * 4);
-    Dev dy = poisoned(*be, size_t(rows * c.out));
-    set->gather_matmul(Tensor::f32(dx.p(), nx, c.in), static_cast<int32_t*>(dids->data()), per_x,
-                       Tensor::f32(dy.p(), rows, c.out));
-    auto got = download(*be, dy);
+    const std::vector<float> got = gather(*set, x, nx, c, ids, per_x);
     for (int64_t r = 0; r < rows; ++r) {
       const int e = ids[size_t(r)];
       if (e >= E) {
