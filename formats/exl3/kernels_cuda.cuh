@@ -708,6 +708,26 @@ __device__ __forceinline__ void stage_fragments(const GemmStage& st, int nb, int
   ldmatrix_x4(f, lm < 2 ? &st.hi[row][col] : &st.lo[row][col]);
 }
 
+// body(stage, b) for the 128-blocks b = 0 .. k/128 − 1 of the 64 rows row_of(0 .. 63), each staged
+// while the one before it is read (two stages); body runs between two block barriers.
+template <class RowOf, class Body>
+__device__ __forceinline__ void for_staged_blocks(GemmStage* st, const __half* xhi, const __half* xlo,
+                                                  const float* xsc, int64_t k, RowOf row_of, Body body) {
+  const int64_t nhb = k / kHad;
+  stage_x(st[0], xhi, xlo, xsc, k, 0, row_of);
+  for (int64_t b = 0; b < nhb; ++b) {
+    if (b + 1 < nhb) {
+      stage_x(st[(b + 1) & 1], xhi, xlo, xsc, k, b + 1, row_of);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    body(static_cast<const GemmStage&>(st[b & 1]), b);
+    __syncthreads();  // the stage is refilled next round
+  }
+}
+
 // Prefill gathers (more rows than a verify pass has, launch_gather_matmul): block (c, e) computes the
 // rows whose id is e, output columns c·128 .. +128. It lists them (ascending), then per group of 64
 // stages their split input (as above) while each warp decodes its 16-column strip's A fragments
@@ -755,21 +775,11 @@ __global__ void __launch_bounds__(256) gather_gemm_kernel(const GatherGemmArgs a
   const uint32_t* wt = a.w + int64_t(e) * a.expert_words + int64_t(strip) * (8 * K);
   const int64_t tile_stride = int64_t(a.strips) * (8 * K);  // words between tile rows i and i + 1
   const LaneWords lw = lane_words<K>(lane);
-  const int64_t nhb = a.k / kHad;
   for (int g0 = 0; g0 < nrows; g0 += kBm) {
     const int gn = min(kBm, nrows - g0), nbn = (gn + 7) / 8;
     auto row_of = [&](int rr) { return int64_t(list[g0 + (rr < gn ? rr : 0)]); };
     float acc[8][4] = {};
-    stage_x(st[0], a.xhi, a.xlo, a.xsc, a.k, 0, row_of);
-    for (int64_t b = 0; b < nhb; ++b) {
-      const GemmStage& cur = st[b & 1];
-      if (b + 1 < nhb) {
-        stage_x(st[(b + 1) & 1], a.xhi, a.xlo, a.xsc, a.k, b + 1, row_of);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
+    for_staged_blocks(st, a.xhi, a.xlo, a.xsc, a.k, row_of, [&](const GemmStage& cur, int64_t b) {
       float t[8][4] = {};
 #pragma unroll
       for (int tt = 0; tt < 8; ++tt) {
@@ -797,8 +807,7 @@ __global__ void __launch_bounds__(256) gather_gemm_kernel(const GatherGemmArgs a
         acc[nb][2] = fmaf(t[nb][2], d0, acc[nb][2]);
         acc[nb][3] = fmaf(t[nb][3], d1, acc[nb][3]);
       }
-      __syncthreads();  // the stage is refilled next round
-    }
+    });
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb)
 #pragma unroll

@@ -151,24 +151,13 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
   const int64_t r0 = int64_t(blockIdx.y) * kBm;
   const int rh = warp / 4;                                      // rows rh·32 .. +32 of the block
   const int64_t strip0 = int64_t(blockIdx.x) * 8 + (warp % 4) * 2;  // strips strip0, strip0 + 1
-  const int64_t tiles_k = k / 16, nhb = k / kHad;
+  const int64_t tiles_k = k / 16;
   // Lane's fragments: strip s, tile i at wf[(s · tiles_k + i) · 32 + lane].
   const uint4* wa = wf + strip0 * tiles_k * 32 + lane;
   const uint4* wb = wa + tiles_k * 32;
-  // ldmatrix row address for n-block nb: matrices 0, 1 = hi at k + 0, 8; 2, 3 = lo; rows lane % 8.
-  const int lm = lane / 8, lrow = lane % 8;
   float acc[2][4][4] = {};
   auto row_of = [&](int rr) { return r0 + rr < rows ? r0 + rr : int64_t(0); };  // past the rows: row 0, unused
-  stage_x(st[0], xhi, xlo, xsc, k, 0, row_of);
-  for (int64_t b = 0; b < nhb; ++b) {
-    GemmStage& cur = st[b & 1];
-    if (b + 1 < nhb) {
-      stage_x(st[(b + 1) & 1], xhi, xlo, xsc, k, b + 1, row_of);
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    }
-    __syncthreads();
+  for_staged_blocks(st, xhi, xlo, xsc, k, row_of, [&](const GemmStage& cur, int64_t b) {
     float t[2][4][4] = {};
     uint4 a0 = __ldg(wa + (b * 8) * 32), a1 = __ldg(wb + (b * 8) * 32);
 #pragma unroll
@@ -178,8 +167,7 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
         uint32_t f[4];
-        ldmatrix_x4(f, lm < 2 ? &cur.hi[rh * 32 + nb * 8 + lrow][tt * 16 + (lm & 1) * 8]
-                              : &cur.lo[rh * 32 + nb * 8 + lrow][tt * 16 + (lm & 1) * 8]);
+        stage_fragments(cur, rh * 4 + nb, tt, lane, f);
         cuda::mma16816(t[0][nb], a0.x, a0.y, a0.z, a0.w, f[0], f[1]);
         cuda::mma16816(t[0][nb], a0.x, a0.y, a0.z, a0.w, f[2], f[3]);
         cuda::mma16816(t[1][nb], a1.x, a1.y, a1.z, a1.w, f[0], f[1]);
@@ -199,8 +187,7 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
         acc[s][nb][3] = fmaf(t[s][nb][3], d1, acc[s][nb][3]);
       }
     }
-    __syncthreads();  // the stage is refilled next round
-  }
+  });
 #pragma unroll
   for (int s = 0; s < 2; ++s)
 #pragma unroll
