@@ -187,6 +187,14 @@ TANDEM_EXL3_HD void split_i8(float s, int& q1, int& q2) {
   q2 = int(fminf(fmaxf(rintf((s - f1) * 128.0f), -127.0f), 127.0f));
 }
 
+// A lane's 8 states as its mma.m16n8k16 A fragment of fp16 pairs (spec/formats.md § 5.4): inputs
+// 2q, 2q+1 of columns g (x) and g + 8 (y), then inputs 2q+8, 2q+9 of the same (z, w).
+template <int CB>
+TANDEM_EXL3_HD uint4 a_fragment(const uint32_t (&s)[8]) {
+  return make_uint4(state_pair_f16<CB>(s[0], s[1]), state_pair_f16<CB>(s[4], s[5]), state_pair_f16<CB>(s[2], s[3]),
+                    state_pair_f16<CB>(s[6], s[7]));
+}
+
 // One state's value as fp16 bits (tests; the kernels decode pairs).
 template <int CB>
 TANDEM_EXL3_HD uint16_t state_f16(uint32_t s) {

@@ -595,14 +595,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32, N > 8 ? 3 : 4) gemv_tc_kernel
         const uint32_t* tw = sw + tt * (8 * K);
         uint32_t st[8];
         tile_lane_states<K>(tw, lw, lw.off, st);
-        const uint32_t a0 = state_pair_f16<CB>(st[0], st[1]), a1 = state_pair_f16<CB>(st[4], st[5]);
-        const uint32_t a2 = state_pair_f16<CB>(st[2], st[3]), a3 = state_pair_f16<CB>(st[6], st[7]);
+        const uint4 a = a_fragment<CB>(st);
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int rb = (nb * 8 + g) % N;  // B column g: row nb·8 + g (lanes past N read a row they discard)
           const uint4 xv = *reinterpret_cast<const uint4*>(xh + size_t(tt * N + rb) * kRow + q * 16);
-          cuda::mma16816(t[0][nb], a0, a1, a2, a3, xv.x, xv.y);  // hi
-          cuda::mma16816(t[1][nb], a0, a1, a2, a3, xv.z, xv.w);  // lo
+          cuda::mma16816(t[0][nb], a.x, a.y, a.z, a.w, xv.x, xv.y);  // hi
+          cuda::mma16816(t[1][nb], a.x, a.y, a.z, a.w, xv.z, xv.w);  // lo
         }
       }
       __syncwarp();  // every lane is done with the slot before it is refilled
@@ -663,11 +662,7 @@ __global__ void decode_kernel(const DecodeArgs a) {
   const LaneWords lw = lane_words<K>(lane);
   uint32_t s[8];
   lane_states<K>(__ldg(t + lw.w0), __ldg(t + lw.w1), __ldg(t + lw.w2), lw.off, s);
-  // The A fragment as the GEMVs pass it: inputs 2q, 2q+1 of columns g (a0) and g + 8 (a1), then
-  // inputs 2q+8, 2q+9 (a2, a3).
-  a.out[(int64_t(jj) * a.tiles_k + i) * 32 + lane] =
-      make_uint4(state_pair_f16<CB>(s[0], s[1]), state_pair_f16<CB>(s[4], s[5]), state_pair_f16<CB>(s[2], s[3]),
-                 state_pair_f16<CB>(s[6], s[7]));
+  a.out[(int64_t(jj) * a.tiles_k + i) * 32 + lane] = a_fragment<CB>(s);
 }
 
 // ---- prefill: tensor-core GEMMs on the fp16 hi + lo split input ----
@@ -708,6 +703,17 @@ __device__ __forceinline__ void stage_fragments(const GemmStage& st, int nb, int
   ldmatrix_x4(f, lm < 2 ? &st.hi[row][col] : &st.lo[row][col]);
 }
 
+// acc += the 128-block's sums t of n-block nb times their rows' scales: lane (g, q) holds rows
+// nb·8 + 2q, 2q + 1 (t 0, 2 and 1, 3) of columns g (t 0, 1) and g + 8 (t 2, 3).
+__device__ __forceinline__ void fold_scaled(const float (&t)[4], const GemmStage& st, int nb, int lane,
+                                            float (&acc)[4]) {
+  const float d0 = st.sc[nb * 8 + 2 * (lane % 4)], d1 = st.sc[nb * 8 + 2 * (lane % 4) + 1];
+  acc[0] = fmaf(t[0], d0, acc[0]);
+  acc[1] = fmaf(t[1], d1, acc[1]);
+  acc[2] = fmaf(t[2], d0, acc[2]);
+  acc[3] = fmaf(t[3], d1, acc[3]);
+}
+
 // body(stage, b) for the 128-blocks b = 0 .. k/128 − 1 of the 64 rows row_of(0 .. 63), each staged
 // while the one before it is read (two stages); body runs between two block barriers.
 template <class RowOf, class Body>
@@ -745,6 +751,7 @@ struct GatherGemmArgs {
   int64_t k = 0, n = 0;
   float* z = nullptr;
 };
+constexpr int kGatherRowChunk = 4096;  // gather rows per launch (bounds the workspace and the row list)
 __host__ __device__ constexpr size_t gather_gemm_smem(int rows) { return 2 * sizeof(GemmStage) + size_t(rows) * 4; }
 
 template <int K, int CB>
@@ -786,26 +793,20 @@ __global__ void __launch_bounds__(256) gather_gemm_kernel(const GatherGemmArgs a
         const uint32_t* tp = wt + (b * 8 + tt) * tile_stride;
         uint32_t s[8];
         lane_states<K>(__ldg(tp + lw.w0), __ldg(tp + lw.w1), __ldg(tp + lw.w2), lw.off, s);
-        const uint32_t a0 = state_pair_f16<CB>(s[0], s[1]), a1 = state_pair_f16<CB>(s[4], s[5]);
-        const uint32_t a2 = state_pair_f16<CB>(s[2], s[3]), a3 = state_pair_f16<CB>(s[6], s[7]);
+        const uint4 af = a_fragment<CB>(s);
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
           if (nb >= nbn) break;
           uint32_t f[4];
           stage_fragments(cur, nb, tt, lane, f);
-          cuda::mma16816(t[nb], a0, a1, a2, a3, f[0], f[1]);
-          cuda::mma16816(t[nb], a0, a1, a2, a3, f[2], f[3]);
+          cuda::mma16816(t[nb], af.x, af.y, af.z, af.w, f[0], f[1]);
+          cuda::mma16816(t[nb], af.x, af.y, af.z, af.w, f[2], f[3]);
         }
       }
-      // Lane (g, q) of n-block nb holds rows nb·8 + 2q, 2q + 1 of columns g (t 0, 1) and g + 8 (2, 3).
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         if (nb >= nbn) break;
-        const float d0 = cur.sc[nb * 8 + 2 * q], d1 = cur.sc[nb * 8 + 2 * q + 1];
-        acc[nb][0] = fmaf(t[nb][0], d0, acc[nb][0]);
-        acc[nb][1] = fmaf(t[nb][1], d1, acc[nb][1]);
-        acc[nb][2] = fmaf(t[nb][2], d0, acc[nb][2]);
-        acc[nb][3] = fmaf(t[nb][3], d1, acc[nb][3]);
+        fold_scaled(t[nb], cur, nb, lane, acc[nb]);
       }
     });
 #pragma unroll
@@ -917,7 +918,12 @@ void launch_gather_gemm_k(const GatherGemmArgs& a, int cb, cudaStream_t stream) 
   const dim3 grid(unsigned(a.n / kHad), unsigned(a.n_experts));
   const size_t smem = gather_gemm_smem(a.rows);
   auto go = [&](auto kernel) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    // Once per instance, for the largest row list (a launch has at most kGatherRowChunk rows).
+    static const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        int(gather_gemm_smem(kGatherRowChunk)));
+    (void)set;  // a refusal shows as the launch's error (check_launch)
+    if (smem > gather_gemm_smem(kGatherRowChunk))  // a round of more rows (per_x above the chunk)
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     kernel<<<grid, 256, smem, stream>>>(a);
   };
   if (cb == kCbMul1) go(gather_gemm_kernel<K, kCbMul1>);

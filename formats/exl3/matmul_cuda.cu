@@ -28,7 +28,6 @@ namespace {
 
 using cuda::check_launch;
 
-constexpr int kRowChunk = 4096;  // gather rows per round (bounds the workspace)
 // Gathers of more rows than a verify pass can have (16 tokens × 32 experts each) run as prefill: the
 // grouped tensor-core GEMM (gather_gemm_kernel); up to this many, the per-row GEMV, whose rows have
 // the bits of a single row's.
@@ -175,18 +174,10 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
       }
       a0 = n0, a1 = n1;
     }
-    // Lane (g, q) of n-block nb holds rows nb·8 + 2q, 2q + 1 of columns g (t 0, 1) and g + 8 (2, 3).
 #pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-      const float d0 = cur.sc[rh * 32 + nb * 8 + 2 * q], d1 = cur.sc[rh * 32 + nb * 8 + 2 * q + 1];
+    for (int nb = 0; nb < 4; ++nb)
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        acc[s][nb][0] = fmaf(t[s][nb][0], d0, acc[s][nb][0]);
-        acc[s][nb][1] = fmaf(t[s][nb][1], d1, acc[s][nb][1]);
-        acc[s][nb][2] = fmaf(t[s][nb][2], d0, acc[s][nb][2]);
-        acc[s][nb][3] = fmaf(t[s][nb][3], d1, acc[s][nb][3]);
-      }
-    }
+      for (int s = 0; s < 2; ++s) fold_scaled(t[s][nb], cur, rh * 4 + nb, lane, acc[s][nb]);
   });
 #pragma unroll
   for (int s = 0; s < 2; ++s)
@@ -442,7 +433,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
 
 namespace {
 int64_t gather_chunk(int64_t rows, int per_x) {
-  return std::min<int64_t>(rows, std::max<int64_t>(per_x, kRowChunk / per_x * per_x));
+  return std::min<int64_t>(rows, std::max<int64_t>(per_x, kGatherRowChunk / per_x * per_x));
 }
 }  // namespace
 
@@ -466,7 +457,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
                           float* y, void* workspace, unsigned* counters, cudaStream_t stream) {
   const GemvPlan p = plan_gemv(w, 1, true);
   // Rounds of whole x rows (a multiple of per_x output rows), so x advances by rows too.
-  const int64_t chunk = std::max<int64_t>(per_x, kRowChunk / per_x * per_x);
+  const int64_t chunk = gather_chunk(rows, per_x);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t rc = std::min<int64_t>(chunk, rows - r0);
     char* ws = static_cast<char*>(workspace);
