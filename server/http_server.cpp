@@ -22,7 +22,7 @@
 #include "routes.h"
 #include "tandem/error.h"
 #include "tandem/registry.h"
-#include "text_codec.h"
+#include "tandem/text/text_codec.h"
 
 namespace tandem::server {
 
@@ -342,6 +342,8 @@ net::awaitable<bool> HttpServer::Impl::dispatch(Connection& c, const Request& re
     }
   } catch (const ApiError& e) {
     reply = error_reply(e);
+  } catch (const RequestError& e) {
+    reply = error_reply(api_error(e));
   } catch (const std::exception& e) {
     spdlog::error("request {}: {}", request_id, e.what());
     reply = error_reply(ApiError{500, "server_error", "internal_error", "", e.what(), {{"x-should-retry", "false"}}});
@@ -373,7 +375,7 @@ void HttpServer::Impl::load() {
                                    {"drafter", drafter_label(state.options.scheduler.draft)},
                                    {"window", std::to_string(state.options.scheduler.context)},
                                    {"slots", std::to_string(state.options.scheduler.slots)}});
-    state.scheduler = std::make_unique<Scheduler>(*state.loaded.model, state.loaded.codec, state.metrics,
+    state.scheduler = std::make_unique<SlotScheduler>(*state.loaded.model, state.loaded.codec, state.metrics,
                                                   state.options.scheduler, state.loaded.registry.get());
     Phase expected = Phase::loading;
     state.phase.compare_exchange_strong(expected, Phase::ready);

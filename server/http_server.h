@@ -11,16 +11,15 @@
 #include <vector>
 
 #include "metrics.h"
-#include "slots.h"
+#include "tandem/slot_scheduler.h"
 #include "tandem/profile.h"
 
 namespace tandem {
 class PluginRegistry;
+class TextCodec;
 }
 
 namespace tandem::server {
-
-class TextCodec;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/speculate.h"
+#include "tandem/slot_scheduler.h"
 
 namespace tandem::server {
 
@@ -27,31 +27,24 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Gauges that the scheduler owns; read at render time.
-struct EngineGauges {
-  int running = 0;
-  int waiting = 0;
-  int slots = 0;
-};
-
-class Metrics {
+class Metrics : public SchedulerEvents {
  public:
   explicit Metrics(std::string model_name);
   void set_model_name(std::string name);
   void set_engine_info(const std::map<std::string, std::string>& labels);
 
   void http_response(int status);
-  void refused(const std::string& reason);                 // queue_full, loading, draining
-  void finished(const std::string& reason);                // stop, length, tool_calls, abort, error
-  void tokens(int64_t prompt, int64_t generated);
-  void time_to_first_token(double s);
-  void inter_token_latency(double s);
-  void request_latencies(double e2e, double queue, double prefill, double decode);
+  void refused(const std::string& reason) override;                 // queue_full, loading, draining
+  void finished(const std::string& reason) override;                // stop, length, tool_calls, abort, error
+  void tokens(int64_t prompt, int64_t generated) override;
+  void time_to_first_token(double s) override;
+  void inter_token_latency(double s) override;
+  void request_latencies(double e2e, double queue, double prefill, double decode) override;
   // Speculative decoding: the drafters in use and StairCut's measured T_v(m) (seconds, [m − 1]);
   // without a call the spec_* series show drafter="none" at 0.
-  void set_drafting(const std::vector<std::string>& drafters, const std::vector<double>& verify_costs);
-  void set_verify_costs(const std::vector<double>& verify_costs);
-  void drafted(const DraftMetrics& request);  // one finished drafted request
+  void set_drafting(const std::vector<std::string>& drafters, const std::vector<double>& verify_costs) override;
+  void set_verify_costs(const std::vector<double>& verify_costs) override;
+  void drafted(const DraftMetrics& request) override;  // one finished drafted request
 
   std::string render(const EngineGauges& g) const;
 

@@ -41,6 +41,18 @@ ApiError unavailable(const std::string& code, const std::string& message, int re
   return e;
 }
 
+ApiError api_error(const RequestError& e) {
+  switch (e.kind) {
+    case RequestError::Kind::invalid: return bad_request(e.code, e.param, e.message);
+    case RequestError::Kind::not_implemented: return not_implemented(e.message);
+    case RequestError::Kind::queue_timeout:
+      return ApiError{429, "rate_limit_error", e.code, e.param, e.message, {{"Retry-After", "10"}}};
+    case RequestError::Kind::shutting_down: return unavailable(e.code, e.message, 30);
+    case RequestError::Kind::internal: break;
+  }
+  return ApiError{500, "server_error", e.code, e.param, e.message, {{"x-should-retry", "false"}}};
+}
+
 namespace {
 
 void str(JsonWriter& w, const std::string& s) { w.String(s.data(), rj::SizeType(s.size())); }

@@ -10,9 +10,10 @@
 
 #include <rapidjson/document.h>
 
-#include "output_rules.h"
+#include "tandem/text/output_rules.h"
 #include "tandem/backend.h"
-#include "tandem/chat_output.h"
+#include "tandem/request.h"
+#include "tandem/text/chat_output.h"
 
 namespace tandem::server {
 
@@ -31,21 +32,13 @@ ApiError bad_request(const std::string& code, const std::string& param, const st
 ApiError not_implemented(const std::string& what);
 ApiError unavailable(const std::string& code, const std::string& message, int retry_after_s);
 std::string error_body(const ApiError& e);
+// The HTTP form of an error the text library or the engine reported in its own terms.
+ApiError api_error(const RequestError& e);
 
 // Parses a request body: 400 invalid_json for bad JSON, naming the offset; invalid UTF-8 is its own message.
 rapidjson::Document parse_body(const std::string& body);
 
-// Sampling and limits shared by chat and completions.
-struct GenParams {
-  std::optional<int> max_tokens;       // absent → the server default
-  SamplingParams sampling;             // defaults filled in by the caller before parsing
-  bool has_seed = false;
-  float presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  int min_tokens = 0;
-};
+using GenParams = RequestParams;
 
 struct GenRequest {
   bool chat = false;
@@ -77,19 +70,6 @@ struct ResponseHead {
   int64_t created = 0;
   std::string model;
   std::string fingerprint;
-};
-
-struct Usage {
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  int64_t reasoning_tokens = 0;  // of completion_tokens: sampled inside the reasoning span
-};
-
-struct Timings {
-  int64_t prompt_n = 0, predicted_n = 0;
-  double prompt_ms = 0, predicted_ms = 0;
-  int64_t steps = 0;
-  int64_t draft_tokens = 0, accepted_tokens = 0;  // drafted requests: drafts verified, and accepted
 };
 
 // Non-streamed bodies. `content` is null when empty and tool calls were made (OpenAI's rule);

@@ -10,7 +10,7 @@
 #include <rapidjson/writer.h>
 
 #include "openai_json.h"
-#include "text_stream.h"
+#include "tandem/text/text_stream.h"
 
 namespace tandem::server {
 
@@ -317,7 +317,7 @@ void parse_tools(Fields& f, GenRequest& r) {
     // The lazy grammar is a help, not a promise: a schema it cannot follow leaves calls unconstrained.
     try {
       rules.tools = compile_tool_grammars(tools);
-    } catch (const ApiError&) {
+    } catch (const RequestError&) {
       rules.tools.clear();
     }
     return;

@@ -30,7 +30,7 @@ struct ServerState {
   Metrics metrics{""};
   std::atomic<Phase> phase{Phase::loading};
   LoadedModel loaded;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<SlotScheduler> scheduler;
   std::string model_name;     // the served name
   std::string fingerprint;    // system_fingerprint
   int64_t created = 0;        // load time, unix seconds

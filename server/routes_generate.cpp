@@ -8,8 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "routes.h"
-#include "tandem/chat_output.h"
-#include "text_codec.h"
+#include "tandem/text/chat_output.h"
+#include "tandem/text/text_codec.h"
 
 namespace tandem::server {
 
@@ -107,11 +107,11 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   job->wake = [signal, executor] { net::post(executor, [signal] { signal->cancel(); }); };
 
   switch (s.scheduler->submit(job)) {
-    case Scheduler::Admission::accepted: break;
-    case Scheduler::Admission::queue_full:
+    case SlotScheduler::Admission::accepted: break;
+    case SlotScheduler::Admission::queue_full:
       s.metrics.refused("queue_full");
       throw unavailable("queue_full", "all slots are busy and the queue is full; retry later", 5);
-    case Scheduler::Admission::draining:
+    case SlotScheduler::Admission::draining:
       s.metrics.refused("draining");
       throw unavailable("draining", "the server is shutting down", 30);
   }
@@ -157,7 +157,7 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
       }
       co_await wait();
     }
-    if (out.error) throw *out.error;
+    if (out.error) throw api_error(*out.error);
     std::string body;
     if (chat) {
       ChatMessage raw;
@@ -214,7 +214,7 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   }
   if (out.error) {
     // The status line is gone; the error travels as an event and the stream ends without [DONE].
-    event = error_body(*out.error);
+    event = error_body(api_error(*out.error));
     co_await c.sse_data(event);
     co_await c.end_sse();
     co_return false;

@@ -6,8 +6,8 @@
 #include <rapidjson/writer.h>
 
 #include "routes.h"
-#include "text_codec.h"
-#include "text_stream.h"
+#include "tandem/text/text_codec.h"
+#include "tandem/text/text_stream.h"
 
 namespace tandem::server {
 

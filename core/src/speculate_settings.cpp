@@ -1,10 +1,12 @@
-// Drafter settings from a profile's draft.<name> mapping, read by the drafter's factory.
+// Drafter settings from a profile's draft.<name> mapping, read by the drafter's factory, and the
+// drafter list of a profile or a command line.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
 #include "tandem/error.h"
-#include "tandem/speculator.h"
+#include "tandem/draft_options.h"
 
 namespace tandem {
 
@@ -63,6 +65,24 @@ void SpeculatorSettings::finish() const {
       fail((source_.empty() ? "" : source_ + ": "), "unknown key '", path_.empty() ? kv.first : path_ + "." + kv.first,
            "' (expected one of: ", list.empty() ? "none" : list, ")");
     }
+}
+
+std::vector<std::string> parse_drafter_names(const std::string& list) {
+  if (list == "none") return {};
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t end = list.find(',', start);
+    std::string n = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    n.erase(0, n.find_first_not_of(" \t"));
+    n.erase(n.find_last_not_of(" \t") + 1);
+    check(!n.empty(), "drafter list '", list, "': empty name (expected NAME[,NAME...] or none)");
+    check(n != "none", "drafter list '", list, "': 'none' cannot be combined with drafters");
+    check(std::find(out.begin(), out.end(), n) == out.end(), "drafter list '", list, "': '", n, "' is named twice");
+    out.push_back(n);
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
 }
 
 }  // namespace tandem

@@ -6,7 +6,7 @@
 
 #include "check.h"
 #include "kernels.h"
-#include "tandem/speculate.h"
+#include "tandem/sampler.h"
 
 namespace tandem::cpu {
 

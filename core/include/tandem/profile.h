@@ -9,7 +9,7 @@
 
 #include "tandem/backend.h"
 #include "tandem/model.h"
-#include "tandem/speculate.h"
+#include "tandem/draft_options.h"
 
 namespace tandem {
 

@@ -1,5 +1,5 @@
 // Drafters for speculative decoding: a Speculator proposes tokens that continue a sequence, the
-// target verifies them in one forward pass (tandem/speculate.h). Plugins provide a
+// target verifies them in one forward pass (tandem/drafting.h, in schedulers/slots). Plugins provide a
 // SpeculatorFactory under TANDEM_KIND_SPECULATOR.
 // Owner: the registry creates one factory per provider; the drafting loop owns one Speculator per
 // sequence. Thread: one thread drives a Speculator (the engine thread). Sync: none; propose() returns
@@ -13,17 +13,11 @@
 #include <vector>
 
 #include "tandem/plugin_abi.h"
+#include "tandem/sampler.h"
 
 namespace tandem {
 
 class Model;
-
-// A sparse probability distribution over token ids (probs sum to 1).
-struct TokenDist {
-  std::vector<int32_t> ids;
-  std::vector<double> probs;
-  double prob(int32_t id) const;
-};
 
 // What a drafter proposes: tokens d1..dn that continue the committed history.
 struct Draft {

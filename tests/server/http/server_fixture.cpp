@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "openai_json.h"
-#include "tandem/engine.h"
+#include "tandem/generate.h"
 #include "tandem/registry.h"
 #include "tandem/weights.h"
 #include "test_util.h"
@@ -61,7 +61,7 @@ server::ServerOptions tiny_options(int slots) {
 }
 
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
-                                                 std::shared_ptr<const server::TextCodec> codec,
+                                                 std::shared_ptr<const TextCodec> codec,
                                                  std::shared_future<void> gate) {
   auto loader = [codec, gate](const std::function<void(double)>& progress) {
     if (gate.valid()) gate.wait();
@@ -72,7 +72,7 @@ std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
     m.model = Model::load(o, registry());
     Profile p;
     p.load = tiny_load();
-    m.codec = codec ? codec : server::make_text_codec(p, *open_checkpoint(p.load, registry()));
+    m.codec = codec ? codec : make_text_codec(p, *open_checkpoint(p.load, registry()));
     m.path = tiny_load().path;
     return m;
   };
@@ -102,7 +102,7 @@ std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o
     LoadOptions lo = p.load;
     lo.progress = progress;
     m.model = Model::load(lo, registry());
-    m.codec = server::make_text_codec(p, *open_checkpoint(p.load, registry()));
+    m.codec = make_text_codec(p, *open_checkpoint(p.load, registry()));
     m.path = p.load.path;
     return m;
   };
@@ -166,9 +166,9 @@ std::vector<int32_t> ByteCodec::encode(const std::string& text, bool, bool) cons
   return ids;
 }
 
-server::ChatPrompt ByteCodec::render_chat(const rapidjson::Value& request, bool add_generation_prompt) const {
-  if (!tmpl_) throw server::not_implemented(missing_chat_template());
-  return server::render_chat_prompt(*tmpl_, request, add_generation_prompt);
+ChatPrompt ByteCodec::render_chat(const rapidjson::Value& request, bool add_generation_prompt) const {
+  if (!tmpl_) throw not_available(missing_chat_template());
+  return render_chat_prompt(*tmpl_, request, add_generation_prompt);
 }
 
 double metric(const std::string& text, const std::string& series) {

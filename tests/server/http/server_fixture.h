@@ -10,8 +10,8 @@
 
 #include "http_client.h"
 #include "http_server.h"
-#include "tandem/chat_template.h"
-#include "text_codec.h"
+#include "tandem/text/chat_template.h"
+#include "tandem/text/text_codec.h"
 
 namespace tandem::test {
 
@@ -24,7 +24,7 @@ server::ServerOptions tiny_options(int slots = 2);
 // Starts a server on the tiny model. `gate` (optional): the load waits until it is ready.
 // `codec` (optional): replaces the model's own (the fixture has no tokenizer.json).
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
-                                                 std::shared_ptr<const server::TextCodec> codec = nullptr,
+                                                 std::shared_ptr<const TextCodec> codec = nullptr,
                                                  std::shared_future<void> gate = {});
 // Starts a server on the tiny chat model (tests/e2e/tiny_chat_model.h: a real tokenizer and the
 // Nemotron 3 template), written once per run into a temporary folder; its codec is the one
@@ -48,14 +48,14 @@ std::vector<int32_t> int_array(const rapidjson::Value& v);
 // Token id = byte value: the tiny model has 256 ids, so its output reads as bytes. Lets the tests
 // cover text prompts, stop strings and UTF-8 hold-back without a real tokenizer.
 // With a chat template (optional) it renders chat prompts as a real model's codec does.
-class ByteCodec final : public server::TextCodec {
+class ByteCodec final : public TextCodec {
  public:
   explicit ByteCodec(std::shared_ptr<const ChatTemplate> t = nullptr) : tmpl_(std::move(t)) {}
   std::string missing_tokenizer() const override { return ""; }
   std::string missing_chat_template() const override { return tmpl_ ? "" : "chat template (test codec without one)"; }
   std::vector<int32_t> encode(const std::string& text, bool, bool) const override;
   std::string token_bytes(int32_t id) const override { return std::string(1, char(id)); }
-  server::ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const override;
+  ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const override;
 
  private:
   std::shared_ptr<const ChatTemplate> tmpl_;

@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "server_fixture.h"
-#include "tandem/chat_output.h"
+#include "tandem/text/chat_output.h"
 #include "test_util.h"
-#include "text_stream.h"
+#include "tandem/text/text_stream.h"
 
 namespace tandem::test {
 namespace {
@@ -53,7 +53,7 @@ TEST(HttpChat, NemotronTemplateThinkingOffAndOn) {
   EXPECT_FALSE(msg.HasMember("reasoning_content"));
   std::string content = msg["content"].IsString() ? msg["content"].GetString() : "";
   // The reference parse of the same text (the parser owns whitespace rules around tags).
-  EXPECT_EQ(content, ChatOutputParser::parse(server::valid_utf8(bytes), {}).content);
+  EXPECT_EQ(content, ChatOutputParser::parse(valid_utf8(bytes), {}).content);
 
   // Streamed: a role chunk first, content deltas that join to the same text, a finish chunk, usage.
   auto st = http_request(port, "POST", "/v1/chat/completions",

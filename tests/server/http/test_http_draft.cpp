@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "server_fixture.h"
-#include "tests/core/speculate/drafters.h"
+#include "tests/schedulers/slots/drafters.h"
 
 namespace tandem::test {
 namespace {

@@ -7,21 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/draft_options.h"
+
 namespace tandem {
 
-struct StairCutOptions {
-  double margin = 0.03;         // h: move between drafting levels only when the new one wins by this
-  double margin_plain = 0.05;   // h0: start drafting only when it beats plain by this; stop once plain wins
-  int persist_steps = 2;        // w: ... for this many consecutive steps
-  int probe_every = 16;         // run an expensive drafter every this many plain steps (retro-scoring)
-  int force_k = -1;             // −1 = off; else verify min(force_k, proposal) drafts every step
-  int max_k = 31;               // longest chain verified (rows = k + 1)
-  int halve_after = 4000;       // acceptance counts halve past this many trials per cell
-  double cost_ewma = 0.1;       // weight of a new step time in T_v(m); 0 = keep the start-up table
-  int guard_window = 64;        // never slower than plain: drafted steps looked at ...
-  double guard_ratio = 0.97;    // ... whose throughput must reach this fraction of plain's ...
-  int guard_plain_steps = 32;   // ... or plain steps are forced for this many steps
-};
 
 // T_v(m): wall time of a verify step with m rows (m = 1 is a plain step), seconds.
 class VerifyCosts {

@@ -1,0 +1,50 @@
+// `tandem synth --shape S [--uniform] --mix M (--out PATH | --dry-run) [--seed N] [--shard-bytes N]`.
+#include "cmd_synth.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli.h"
+#include "synth_checkpoint.h"
+#include "synth_model.h"
+#include "synth_plan.h"
+#include "synth_write.h"
+#include "tandem/error.h"
+#include "tandem/parallel.h"
+
+namespace tandem::cli {
+
+int cmd_synth(const std::vector<std::string>& argv) {
+  cli::Args a(argv, {"shape", "mix", "out", "seed", "shard-bytes", "threads"}, {"uniform", "dry-run", "verbose"}, "synth");
+  check(a.has("shape") && a.has("mix") && (a.has("out") || a.flag("dry-run")),
+        "tandem synth: --shape, --mix and --out (or --dry-run) are required");
+  const synth::Mix mix = synth::parse_mix(a.str("mix"));
+  const synth::Plan plan = synth::make_plan(synth::model_shape(a.str("shape"), a.flag("uniform")), mix);
+  const uint64_t seed = uint64_t(a.integer("seed", 0));
+  const long long shard = a.integer("shard-bytes", 5000000000LL);
+  check(shard > 0, "tandem synth: --shard-bytes must be positive, found ", shard);
+  const int threads = int(a.integer("threads", 0));
+  check(threads >= 0, "tandem synth: --threads must be non-negative, found ", threads);
+  set_thread_count(threads);
+
+  const synth::Totals& t = plan.totals;
+  std::fprintf(stderr, "%s%s %s: %zu layers (%s), %lld parameters (%lld active), %zu B of tensors, %zu B read per token\n",
+               a.str("shape").c_str(), a.flag("uniform") ? " (uniform)" : "", synth::mix_name(mix),
+               plan.desc.layers.size(), plan.desc.pattern().c_str(), (long long)t.params, (long long)t.active, t.bytes,
+               t.decode_bytes);
+  if (a.flag("dry-run")) {
+    std::fprintf(stderr, "in memory (tandem bench --synth): %.2f GB of host memory\n",
+                 double(synth::synth_host_bytes(plan)) * 1e-9);
+    return 0;
+  }
+  auto bar = cli::progress_printer("writing " + a.str("out"));
+  auto progress = [&](size_t done, size_t all) { bar(all ? double(done) / double(all) : 1.0); };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (mix == synth::Mix::GgufIq2) synth::write_gguf(plan, a.str("out"), seed, progress);
+  else synth::write_hf_folder(plan, a.str("out"), seed, size_t(shard), progress);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "wrote %s in %.1f s (%.2f GB/s)\n", a.str("out").c_str(), s, double(t.bytes) * 1e-9 / s);
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,11 @@
+// `tandem synth`: writes a model with random weights in a real shape and weight mix (tools/synth).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tandem::cli {
+
+// argv after the subcommand. Returns the exit status; errors throw tandem::Error.
+int cmd_synth(const std::vector<std::string>& argv);
+
+}  // namespace tandem::cli

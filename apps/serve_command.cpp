@@ -1,0 +1,118 @@
+// Settings of `tandem serve`: the server's defaults, then the profile's `server:` section, then the
+// environment (TANDEM_API_KEY) and the command-line flags, each winning over the one before.
+#include "serve_command.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "cli.h"
+#include "http_server.h"
+#include "tandem/text/chat_output.h"
+#include "tandem/error.h"
+
+namespace tandem::cli {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// One key a line; blank lines and `#` comments skipped.
+std::vector<std::string> read_key_file(const std::string& path) {
+  std::ifstream f(path);
+  check(f.good(), "api key file '", path, "' cannot be read");
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(f, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos || line[b] == '#') continue;
+    keys.push_back(line.substr(b));
+  }
+  check(!keys.empty(), "api key file '", path, "' holds no keys");
+  return keys;
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  auto opts = cli::kModelOptions;
+  opts.insert({"host", "port", "api-key", "api-key-file", "metrics-key", "served-model-name", "alias", "slots",
+               "max-queue", "queue-timeout", "max-body-bytes", "default-max-tokens", "prefill-chunk", "drain-timeout",
+               "sse-ping-interval", "reasoning-budget", "reasoning-budget-message", "reasoning-effort", "draft",
+               "draft-k"});
+  cli::Args a(argv, opts, {"strict-fields", "verbose"}, "serve");
+  Profile p = cli::resolve_profile(a);
+  const ServerProfile& ps = p.server;
+
+  server::ServerOptions o;
+  o.host = a.str("host", ps.host.value_or(o.host));
+  long long port = a.integer("port", ps.port.value_or(o.port));
+  check(port >= 0 && port <= 65535, "tandem serve: --port must be in [0, 65535], found ", port);
+  o.port = uint16_t(port);
+  // Keys: the profile's, replaced by TANDEM_API_KEY, replaced by --api-key; key files add to them.
+  o.api_keys = ps.api_keys.value_or(std::vector<std::string>{});
+  if (const char* env = std::getenv("TANDEM_API_KEY"); env && *env) o.api_keys = split_list(env);
+  if (a.has("api-key")) o.api_keys = split_list(a.str("api-key"));
+  if (std::string file = a.str("api-key-file", ps.api_key_file.value_or("")); !file.empty()) {
+    auto more = read_key_file(file);
+    o.api_keys.insert(o.api_keys.end(), more.begin(), more.end());
+  }
+  o.metrics_key = a.str("metrics-key", ps.metrics_key.value_or(""));
+  o.served_model_name = a.str("served-model-name", ps.served_model_name.value_or(""));
+  o.aliases = a.has("alias") ? split_list(a.str("alias")) : ps.aliases.value_or(std::vector<std::string>{});
+  o.scheduler.slots = int(a.integer("slots", ps.slots.value_or(1)));
+  o.scheduler.max_queue = int(a.integer("max-queue", ps.max_queue.value_or(8)));
+  o.scheduler.queue_timeout_s = a.number("queue-timeout", ps.queue_timeout.value_or(240));
+  o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(kDefaultPrefillChunk)));
+  o.scheduler.context = p.context;
+  // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
+  o.scheduler.draft = cli::draft_options(a, p.draft, "serve");
+  long long body = a.integer("max-body-bytes", ps.max_body_bytes.value_or((long long)o.max_body_bytes));
+  o.max_body_bytes = size_t(body);
+  o.default_max_tokens = int(a.integer("default-max-tokens", ps.default_max_tokens.value_or(p.max_tokens)));
+  o.drain_timeout_s = a.number("drain-timeout", ps.drain_timeout.value_or(o.drain_timeout_s));
+  o.sse_ping_interval_s = a.number("sse-ping-interval", ps.sse_ping_interval.value_or(o.sse_ping_interval_s));
+  o.strict_fields = a.flag("strict-fields") || ps.strict_fields.value_or(false);
+  o.reasoning_budget = a.integer("reasoning-budget", ps.reasoning_budget.value_or(-1));
+  o.reasoning_budget_message = a.str("reasoning-budget-message", ps.reasoning_budget_message.value_or(""));
+  o.reasoning_effort = a.str("reasoning-effort", ps.reasoning_effort.value_or(""));
+  o.sampling = p.sampling;
+  o.handle_signals = true;
+  o.on_progress = cli::progress_printer("loading weights");
+  check(o.scheduler.slots >= 1, "tandem serve: --slots must be at least 1, found ", o.scheduler.slots);
+  check(o.scheduler.max_queue >= 0, "tandem serve: --max-queue must be non-negative, found ", o.scheduler.max_queue);
+  check(o.scheduler.prefill_chunk >= 1, "tandem serve: --prefill-chunk must be at least 1");
+  check(body >= 1024, "tandem serve: --max-body-bytes must be at least 1024, found ", body);
+  check(o.default_max_tokens >= 1, "tandem serve: --default-max-tokens must be at least 1");
+  check(o.drain_timeout_s >= 0 && o.scheduler.queue_timeout_s >= 0 && o.sse_ping_interval_s >= 0,
+        "tandem serve: --drain-timeout, --queue-timeout and --sse-ping-interval must be non-negative");
+  check(o.reasoning_budget >= -1, "tandem serve: --reasoning-budget must be -1 (unlimited) or more, found ",
+        o.reasoning_budget);
+  if (!o.reasoning_effort.empty()) {
+    try {
+      thinking_mode_from_effort(o.reasoning_effort);
+    } catch (const Error& e) {
+      fail("tandem serve: --reasoning-effort: ", e.what());
+    }
+  }
+
+  server::HttpServer server(o, server::profile_loader(p));
+  server.start();
+  spdlog::info("listening on http://{}:{} (model loading in the background; /health answers 503 until ready)",
+               o.host, server.port());
+  int rc = server.wait();
+  if (rc == 0) spdlog::info("stopped");
+  return rc;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,12 @@
+// `tandem serve`: flags → ServerOptions, then run the server until SIGTERM/SIGINT.
+// Owner: n/a. Thread: the main thread. Sync: none.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tandem::cli {
+
+// argv after the subcommand; returns the process exit status.
+int cmd_serve(const std::vector<std::string>& argv);
+
+}  // namespace tandem::cli

@@ -1,0 +1,84 @@
+// Sampled verification: the target's sampling distribution and the speculative-sampling rule.
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/error.h"
+#include "tandem/sampler.h"
+
+namespace tandem {
+
+TokenDist sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& sp) {
+  check(sp.temperature > 0 && std::isfinite(sp.temperature), "sampling distribution: temperature must be > 0, found ",
+        sp.temperature);
+  check(vocab > 0 && logits != nullptr, "sampling distribution: no logits");
+  const double t = sp.temperature;
+  double top = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isnan(logits[i]) || logits[i] == INFINITY) fail("sampling distribution: logit ", i, " is ", logits[i]);
+    top = std::max(top, double(logits[i]) / t);
+  }
+  check(top != -INFINITY, "sampling distribution: every logit is -inf");
+  std::vector<double> e(static_cast<size_t>(vocab));
+  double z = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) z += e[size_t(i)] = std::exp(double(logits[i]) / t - top);
+  for (double& x : e) x /= z;
+
+  // Draw order: probability descending, id ascending; probability-0 tokens (masked) are never kept.
+  TokenDist d;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (e[size_t(i)] > 0.0) d.ids.push_back(int32_t(i));
+  auto first = [&](int32_t a, int32_t b) { return e[size_t(a)] > e[size_t(b)] || (e[size_t(a)] == e[size_t(b)] && a < b); };
+  size_t n = d.ids.size();
+  if (sp.top_k > 0 && size_t(sp.top_k) < n) {
+    n = size_t(sp.top_k);
+    std::partial_sort(d.ids.begin(), d.ids.begin() + long(n), d.ids.end(), first);
+  } else {
+    std::sort(d.ids.begin(), d.ids.end(), first);
+  }
+  d.ids.resize(n);
+  d.probs.resize(n);
+  for (size_t i = 0; i < n; ++i) d.probs[i] = e[size_t(d.ids[i])];
+  auto mass = [&](size_t upto) {
+    double m = 0.0;
+    for (size_t i = 0; i < upto; ++i) m += d.probs[i];
+    return m;
+  };
+  if (sp.top_p < 1.0f) {  // the shortest prefix reaching top_p of the top-k mass
+    const double goal = double(sp.top_p) * mass(n);
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < n && cum < goal) cum += d.probs[keep++];
+    n = std::max<size_t>(keep, 1);
+  }
+  if (sp.min_p > 0.0f) {  // relative to the top probability
+    size_t keep = 1;
+    while (keep < n && d.probs[keep] >= double(sp.min_p) * d.probs[0]) ++keep;
+    n = keep;
+  }
+  d.ids.resize(n);
+  d.probs.resize(n);
+  const double kept = mass(n);
+  for (double& p : d.probs) p /= kept;
+  return d;
+}
+
+int32_t speculative_accept(const TokenDist& p, const TokenDist& q, int32_t draft, Rng& rng, bool& accepted) {
+  const double pd = p.prob(draft), qd = q.prob(draft);
+  if (!(qd > 0)) fail("speculative sampling: draft token ", draft, " has probability ", qd, " under its drafter's q");
+  accepted = rng.uniform() * qd < pd;  // u < p/q without dividing; always true when p ≥ q
+  if (accepted) return draft;
+  // Residual max(0, p − q) over p's support (where p is 0 the residual is 0 too).
+  double total = 0.0;
+  std::vector<double> r(p.ids.size());
+  for (size_t i = 0; i < p.ids.size(); ++i) total += r[i] = std::max(0.0, p.probs[i] - q.prob(p.ids[i]));
+  if (!(total > 0)) return p.ids.front();  // p ≤ q everywhere means p = q, and then no rejection happens
+  const double u = rng.uniform() * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i] > 0 && u < (cum += r[i])) return p.ids[i];
+  for (size_t i = r.size(); i-- > 0;)  // u within rounding of the total: the last token with mass
+    if (r[i] > 0) return p.ids[i];
+  return p.ids.front();
+}
+
+}  // namespace tandem

@@ -1,0 +1,405 @@
+// The drafted generation loop: propose → pick (StairCut) → one verify pass → accept → commit(n) →
+// observe, with every proposal retro-scored against the committed text.
+#include "tandem/drafting.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "tandem/error.h"
+#include "tandem/registry.h"
+
+namespace tandem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Acceptance is estimated per (drafter bucket × copy-run bin): a drafter whose last proposals were
+// right all the way is more likely to be right again (spec/speculation.md §3).
+constexpr int kCopyBins = 3;
+int copy_bin(int run) { return run == 0 ? 0 : run <= 2 ? 1 : 2; }
+
+struct DrafterSlot {
+  std::string name;
+  std::shared_ptr<SpeculatorFactory> factory;
+  SpeculatorSettings settings;
+  int buckets = 1;
+  bool cheap = false;
+};
+
+// A proposal waiting to be compared with the committed text.
+struct Pending {
+  int drafter, bucket;
+  size_t start;  // index in the history where its first token belongs
+  std::vector<int32_t> tokens;
+  size_t judged = 0;
+};
+
+}  // namespace
+
+struct Drafting::Impl {
+  Model& model;
+  std::vector<DrafterSlot> slots;
+  std::vector<std::string> names;
+  std::unique_ptr<StairCut> staircut;
+  DraftMetrics total;
+
+  explicit Impl(Model& m) : model(m) {}
+  void start(const DraftOptions& o);
+  std::unique_ptr<Speculator> make(size_t d) const {
+    SpeculatorSettings s = slots[d].settings;
+    SpeculatorContext ctx{model.desc().vocab, &model};
+    auto sp = slots[d].factory->create(ctx, s);
+    check(sp != nullptr, "drafter '", slots[d].name, "': its factory made no speculator");
+    return sp;
+  }
+};
+
+void Drafting::Impl::start(const DraftOptions& o) {
+  check(!slots.empty(), "drafting: no drafters (use plain generation instead)");
+  std::vector<int> buckets;
+  for (size_t d = 0; d < slots.size(); ++d) {
+    auto& s = slots[d];
+    names.push_back(s.name);
+    auto it = o.settings.find(s.name);
+    s.settings = it != o.settings.end() ? it->second : SpeculatorSettings("", "draft." + s.name, {});
+    auto probe = make(d);  // validates the settings now rather than on the first request
+    s.buckets = probe->buckets();
+    s.cheap = probe->cheap();
+    check(s.buckets >= 1, "drafter '", s.name, "': buckets() must be at least 1, found ", s.buckets);
+    buckets.push_back(s.buckets * kCopyBins);
+  }
+  for (const auto& kv : o.settings)
+    check(std::find(names.begin(), names.end(), kv.first) != names.end(), "drafting: settings for '", kv.first,
+          "', which is not among the drafters in use");
+  std::vector<double> costs = o.verify_costs;
+  if (costs.empty()) {
+    costs = measure_verify_costs(model, o.staircut.max_k + 1, o.cost_context, o.cost_reps);
+    std::string t;
+    for (size_t m = 0; m < costs.size(); ++m) t += fmt::format(" {}:{:.3f}", m + 1, costs[m] / costs[0]);
+    spdlog::info("verify cost T_v(1) = {:.3f} ms; T_v(m)/T_v(1):{}", costs[0] * 1e3, t);
+  }
+  staircut = std::make_unique<StairCut>(buckets, VerifyCosts(costs), o.staircut);
+  for (const auto& s : slots) {
+    total.drafters.emplace_back();
+    total.drafters.back().name = s.name;
+  }
+}
+
+Drafting::Drafting(Model& model, PluginRegistry& registry, const DraftOptions& o) : impl_(std::make_unique<Impl>(model)) {
+  for (const auto& n : o.drafters) {
+    check(std::count(o.drafters.begin(), o.drafters.end(), n) == 1, "drafting: drafter '", n, "' is named twice");
+    impl_->slots.push_back({n, registry.speculator(n, model.backend().device()), {}});
+  }
+  impl_->start(o);
+}
+
+Drafting::Drafting(Model& model, std::vector<NamedFactory> factories, const DraftOptions& o)
+    : impl_(std::make_unique<Impl>(model)) {
+  for (auto& f : factories) impl_->slots.push_back({f.first, f.second, {}});
+  impl_->start(o);
+}
+
+Drafting::~Drafting() = default;
+
+const DraftMetrics& Drafting::metrics() const { return impl_->total; }
+StairCut& Drafting::staircut() { return *impl_->staircut; }
+const std::vector<std::string>& Drafting::names() const { return impl_->names; }
+
+struct DraftedRequest::State {
+  Drafting::Impl& im;
+  Sequence& seq;
+  const SamplingParams sampling;
+  Rng& rng;
+  DraftMetrics m;
+  std::vector<std::unique_ptr<Speculator>> specs;
+  std::vector<int32_t> history;  // prompt + committed output
+  std::vector<int32_t> fresh;    // tokens committed by the current step
+  std::vector<Pending> pending;
+  std::vector<int> copy_run;
+  std::vector<Draft> drafts;
+  std::vector<Offer> offers;
+  std::vector<int32_t> block;
+  std::vector<float> logits;
+  bool ended = false;
+
+  State(Drafting::Impl& i, Sequence& s, const SamplingParams& p, Rng& r) : im(i), seq(s), sampling(p), rng(r) {}
+
+  // The drafters see the new tokens; every open proposal is scored against them.
+  void settle() {
+    StairCut& sc = *im.staircut;
+    for (auto& sp : specs) sp->observe(fresh.data(), fresh.size());
+    history.insert(history.end(), fresh.begin(), fresh.end());
+    fresh.clear();
+    for (auto it = pending.begin(); it != pending.end();) {
+      bool dead = false;
+      while (it->judged < it->tokens.size() && it->start + it->judged < history.size()) {
+        bool ok = it->tokens[it->judged] == history[it->start + it->judged];
+        sc.record_acceptance(it->drafter, it->bucket, int(++it->judged), ok);
+        if (!ok) {
+          dead = true;
+          break;
+        }
+      }
+      if (dead) copy_run[size_t(it->drafter)] = 0;
+      else if (it->judged == it->tokens.size()) ++copy_run[size_t(it->drafter)];
+      it = dead || it->judged == it->tokens.size() ? pending.erase(it) : it + 1;
+    }
+  }
+};
+
+DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+                               const SamplingParams& sampling, Rng& rng)
+    : st_(std::make_unique<State>(*drafting.impl_, seq, sampling, rng)) {
+  State& s = *st_;
+  StairCut& sc = *s.im.staircut;
+  const size_t nd = s.im.slots.size();
+  s.m.tried_at.assign(size_t(sc.max_k()), 0);
+  s.m.accepted_at.assign(size_t(sc.max_k()), 0);
+  s.m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
+  for (const auto& d : s.im.slots)
+    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram});
+  s.m.generated_tokens = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    s.specs.push_back(s.im.make(d));
+    s.specs.back()->begin(prompt.data(), prompt.size());
+  }
+  sc.reset_request();
+  s.history = prompt;
+  s.copy_run.assign(nd, 0);
+  s.drafts.resize(nd);
+  s.fresh.push_back(first);
+  s.settle();
+}
+
+DraftedRequest::~DraftedRequest() { st_->im.total.add(st_->m); }
+
+const DraftMetrics& DraftedRequest::metrics() const { return st_->m; }
+
+bool DraftedRequest::step(int max_tokens, const DraftHooks& hooks) {
+  State& s = *st_;
+  check(!s.ended, "drafted request: step() after the request ended");
+  check(max_tokens >= 1, "drafted request: step() needs max_tokens ≥ 1, found ", max_tokens);
+  Drafting::Impl& im = s.im;
+  Model& model = im.model;
+  StairCut& sc = *im.staircut;
+  DraftMetrics& m = s.m;
+  const int64_t V = model.desc().vocab;
+  const bool greedy = s.sampling.temperature == 0.0f;
+  const size_t nd = im.slots.size();
+
+  const int32_t anchor = s.history.back();
+  const int cap = int(std::min<int64_t>({sc.max_k(), max_tokens - 1, s.seq.capacity - s.seq.pos - 1}));
+  s.offers.clear();
+  double draft_seconds = 0;
+  for (size_t d = 0; d < nd && cap > 0; ++d) {
+    Draft& dr = s.drafts[d];
+    dr.clear();
+    if (!im.slots[d].cheap && !sc.wants(int(d), cap)) continue;
+    auto tp = Clock::now();
+    // Cheap drafters propose the longest chain so retro-scoring learns every position.
+    s.specs[d]->propose(im.slots[d].cheap ? sc.max_k() : cap, dr);
+    double dt = since(tp);
+    draft_seconds += dt;
+    sc.record_draft_time(int(d), dt);
+    m.drafters[d].propose_seconds += dt;
+    if (dr.tokens.empty()) continue;
+    const std::string& name = im.slots[d].name;
+    check(dr.q.empty() || dr.q.size() == dr.tokens.size(), "drafter '", name, "': ", dr.q.size(),
+          " q distributions for ", dr.tokens.size(), " tokens");
+    check(dr.bucket >= 0 && dr.bucket < im.slots[d].buckets, "drafter '", name, "': bucket ", dr.bucket,
+          " outside [0, ", im.slots[d].buckets, ")");
+    for (int32_t t : dr.tokens)
+      if (t < 0 || t >= V) fail("drafter '", name, "': proposed token ", t, " outside the vocabulary [0, ", V, ")");
+    if (int(dr.tokens.size()) > sc.max_k()) {
+      dr.tokens.resize(size_t(sc.max_k()));
+      if (!dr.q.empty()) dr.q.resize(size_t(sc.max_k()));
+    }
+    int bucket = dr.bucket * kCopyBins + copy_bin(s.copy_run[d]);
+    ++m.drafters[d].proposals;
+    s.offers.push_back({int(d), std::min(int(dr.tokens.size()), cap), bucket});
+    s.pending.push_back({int(d), bucket, s.history.size(), dr.tokens});
+  }
+  Pick pick = sc.pick(s.offers);
+  const int k = pick.k;
+  const Draft* chain = k > 0 ? &s.drafts[size_t(pick.drafter)] : nullptr;
+  s.block.assign(1, anchor);
+  if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
+
+  auto tv = Clock::now();
+  model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, k > 0);
+  int accepted = 0, tried = 0;
+  // Row i holds the target's logits for the position after block[i]; a token is picked from it the
+  // way plain decoding would (forced, or drawn after the caller's edits), and draft i + 1 survives
+  // only if it is that token.
+  for (int i = 0; i <= k && !s.ended; ++i) {
+    float* row = s.logits.data() + size_t(i) * size_t(V);
+    int32_t tok = 0;
+    bool ok = false;
+    const bool forced = hooks.forced && hooks.forced(tok);
+    if (!forced && hooks.process) hooks.process(row);
+    if (i == k) {  // the target's own token after the last accepted draft (the bonus row)
+      if (!forced) tok = model.backend().sample(row, V, s.sampling, s.rng);
+    } else {
+      ++tried;
+      const int32_t d = chain->tokens[size_t(i)];
+      if (forced || greedy || chain->q.empty()) {
+        // Speculative sampling with a one-hot q: accept d with probability p(d), else draw from
+        // p without d, renormalized — which is exactly "draw x ~ p, accept iff x = d, emit x". One
+        // draw per emitted token, as plain decoding makes, so a seed gives the plain text.
+        if (!forced) tok = model.backend().sample(row, V, s.sampling, s.rng);
+        ok = tok == d;
+      } else {
+        tok = speculative_accept(sampling_distribution(row, V, s.sampling), chain->q[size_t(i)], d, s.rng, ok);
+      }
+    }
+    s.fresh.push_back(tok);
+    ++m.generated_tokens;
+    if (!hooks.emit(tok)) s.ended = true;
+    if (i == k || !ok) break;
+    ++accepted;
+  }
+  model.commit(s.seq, accepted + 1);
+  const int committed = int(s.fresh.size());
+  sc.record_step(k + 1, since(tv), draft_seconds, committed);
+
+  ++m.steps;
+  ++m.k_histogram[size_t(k)];
+  if (k == 0) {
+    ++m.plain_steps;
+  } else {
+    auto& pd = m.drafters[size_t(pick.drafter)];
+    ++m.drafts, ++pd.drafts;
+    m.drafted_tokens += k, pd.drafted_tokens += k;
+    m.accepted_tokens += accepted, pd.accepted_tokens += accepted;
+    ++pd.k_histogram[size_t(k)];
+    for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++pd.tried_at[size_t(j)];
+    for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++pd.accepted_at[size_t(j)];
+  }
+  s.settle();
+  return !s.ended;
+}
+
+GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                  const std::function<bool(int32_t)>& on_token, DraftMetrics* out_metrics) {
+  check(!prompt.empty(), "generate: the prompt is empty");
+  check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
+        o.max_tokens, ") exceed the context window of ", o.context);
+  Model& model = impl_->model;
+  const auto& eos = model.desc().eos_ids;
+
+  GenerateResult r;
+  auto seq = model.new_sequence(o.context);
+  Rng rng(o.sampling.seed);
+  std::vector<float> logits;
+  auto emit = [&](int32_t tok) {
+    r.tokens.push_back(tok);
+    if (on_token && !on_token(tok)) return false;
+    if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return !(r.stopped_at_eos = true);
+    return int(r.tokens.size()) < o.max_tokens;
+  };
+
+  auto t0 = Clock::now();
+  model.forward(*seq, prompt, ForwardMode::Prefill, logits, false);
+  model.commit(*seq, int(prompt.size()));
+  auto t1 = Clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (o.max_tokens <= 0) {
+    if (out_metrics) *out_metrics = DraftMetrics{};
+    return r;
+  }
+  const int32_t first = model.backend().sample(logits.data(), model.desc().vocab, o.sampling, rng);
+  bool going = emit(first);
+  DraftedRequest req(*this, *seq, prompt, first, o.sampling, rng);
+  DraftHooks hooks;
+  hooks.emit = emit;
+  while (going) going = req.step(o.max_tokens - int(r.tokens.size()), hooks);
+  r.decode_seconds = since(t1);
+  if (out_metrics) *out_metrics = req.metrics();
+  return r;
+}
+
+void DraftMetrics::add(const DraftMetrics& o) {
+  steps += o.steps, plain_steps += o.plain_steps, drafts += o.drafts;
+  drafted_tokens += o.drafted_tokens, accepted_tokens += o.accepted_tokens, generated_tokens += o.generated_tokens;
+  auto sum = [](std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    if (a.size() < b.size()) a.resize(b.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+  };
+  sum(tried_at, o.tried_at), sum(accepted_at, o.accepted_at), sum(k_histogram, o.k_histogram);
+  for (const auto& d : o.drafters) {
+    auto it = std::find_if(drafters.begin(), drafters.end(), [&](const PerDrafter& x) { return x.name == d.name; });
+    if (it == drafters.end()) {
+      it = drafters.insert(drafters.end(), PerDrafter());
+      it->name = d.name;
+    }
+    it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
+    it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
+    sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
+  }
+}
+
+std::string DraftMetrics::summary() const {
+  std::string s = fmt::format("drafting: {} steps ({} plain, {} drafted), {} draft tokens, {} accepted ({:.1f} %), "
+                              "{:.2f} tokens per step\n",
+                              steps, plain_steps, drafts, drafted_tokens, accepted_tokens, 100.0 * acceptance(),
+                              tokens_per_step());
+  s += "acceptance by position:";
+  for (size_t j = 0; j < tried_at.size(); ++j)
+    if (tried_at[j]) s += fmt::format(" {}:{:.0f}%/{}", j + 1, 100.0 * double(accepted_at[j]) / double(tried_at[j]), tried_at[j]);
+  s += "\nchosen k:";
+  for (size_t k = 0; k < k_histogram.size(); ++k)
+    if (k_histogram[k]) s += fmt::format(" {}x{}", k, k_histogram[k]);
+  s += "\n";
+  for (const auto& d : drafters)
+    s += fmt::format("drafter {}: {} proposals, {} verified, {} draft tokens, {} accepted, {:.3f} ms proposing\n", d.name,
+                     d.proposals, d.drafts, d.drafted_tokens, d.accepted_tokens, d.propose_seconds * 1e3);
+  return s;
+}
+
+std::vector<double> measure_verify_costs(Model& model, int max_rows, int64_t context, int reps) {
+  check(max_rows >= 1 && reps >= 1 && context >= 1, "measure verify costs: max_rows, reps and context must be positive");
+  auto seq = model.new_sequence(context + max_rows);
+  const int64_t V = model.desc().vocab;
+  std::vector<int32_t> fill(static_cast<size_t>(context));
+  for (size_t i = 0; i < fill.size(); ++i) fill[i] = int32_t((i * 7919 + 17) % size_t(V));
+  std::vector<float> logits;
+  model.forward(*seq, fill, ForwardMode::Prefill, logits, false);
+  model.commit(*seq, int(fill.size()));
+  SamplingParams greedy;
+  Rng rng;
+  std::vector<double> out;
+  for (int m = 1; m <= max_rows; ++m) {
+    std::vector<int32_t> block(fill.end() - m, fill.end());
+    std::vector<double> t;
+    for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms this shape up and is not counted
+      auto t0 = Clock::now();
+      model.forward(*seq, block, ForwardMode::Verify, logits, true);
+      for (int i = 0; i < m; ++i) model.backend().sample(logits.data() + size_t(i) * size_t(V), V, greedy, rng);
+      model.commit(*seq, 0);  // costs as a rejection; the replay of accepted rows is a small part of a step
+      if (rep > 0) t.push_back(since(t0));
+    }
+    std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
+    out.push_back(t[t.size() / 2]);
+  }
+  // Verifying more rows never costs less: fit a non-decreasing table (pool adjacent violators) so
+  // that timing noise cannot make a long chain look cheaper than a short one.
+  std::vector<std::pair<double, int>> blocks;  // (mean, count)
+  for (double x : out) {
+    blocks.push_back({x, 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].first > blocks.back().first) {
+      auto [m2, n2] = blocks.back();
+      blocks.pop_back();
+      auto& [m1, n1] = blocks.back();
+      m1 = (m1 * n1 + m2 * n2) / (n1 + n2);
+      n1 += n2;
+    }
+  }
+  out.clear();
+  for (auto [m, n] : blocks) out.insert(out.end(), size_t(n), m);
+  return out;
+}
+
+}  // namespace tandem

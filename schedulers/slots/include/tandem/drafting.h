@@ -1,0 +1,126 @@
+// Drafted generation: each step the drafters propose, StairCut picks a chain and a cut k, the target
+// verifies [anchor, d1..dk] in one forward pass, acceptance keeps a prefix plus the target's own
+// token, and commit(n) keeps exactly the state n plain steps would have left.
+// Owner: a Drafting session borrows the Model and owns its drafter factories, the StairCut estimates
+// (pooled over the requests it serves) and the verify-cost table. Thread: one thread drives a
+// session (the thread that drives the Model). Sync: each step waits for its logits (Model::forward).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/draft_options.h"
+#include "tandem/generate.h"
+#include "tandem/speculator.h"
+#include "tandem/staircut.h"
+
+namespace tandem {
+
+class PluginRegistry;
+
+// What drafting did, cumulative over the requests a session served (or for one request).
+struct DraftMetrics {
+  struct PerDrafter {
+    std::string name;
+    int64_t proposals = 0;        // non-empty propose() results (verified or only retro-scored)
+    int64_t drafts = 0;           // steps that verified this drafter's chain
+    int64_t drafted_tokens = 0;   // Σ k over those steps
+    int64_t accepted_tokens = 0;  // of those, accepted
+    double propose_seconds = 0;
+    std::vector<int64_t> tried_at, accepted_at;  // as below, for this drafter's verified chains
+    std::vector<int64_t> k_histogram;            // [k]: steps that verified k ≥ 1 of its drafts
+  };
+  int64_t steps = 0;            // verify passes after the prefill (each commits ≥ 1 token)
+  int64_t plain_steps = 0;      // steps with k = 0
+  int64_t drafts = 0;           // steps with k ≥ 1
+  int64_t drafted_tokens = 0;   // Σ k
+  int64_t accepted_tokens = 0;
+  int64_t generated_tokens = 0;
+  std::vector<int64_t> tried_at;     // [j − 1]: verified drafts at position j
+  std::vector<int64_t> accepted_at;  // [j − 1]: of those, accepted
+  std::vector<int64_t> k_histogram;  // [k]: steps that verified k drafts
+  std::vector<PerDrafter> drafters;
+
+  double acceptance() const { return drafted_tokens ? double(accepted_tokens) / double(drafted_tokens) : 0.0; }
+  // Generated tokens per target forward after the prefill.
+  double tokens_per_step() const { return steps ? double(generated_tokens - 1) / double(steps) : 0.0; }
+  void add(const DraftMetrics& other);
+  // One line per fact, for stderr and logs.
+  std::string summary() const;
+};
+
+class TANDEM_API Drafting {
+ public:
+  using NamedFactory = std::pair<std::string, std::shared_ptr<SpeculatorFactory>>;
+
+  // The drafters are looked up in `registry` for the model's device; each is created once here so
+  // that bad settings fail at start-up. Verify costs are measured now unless options give them.
+  Drafting(Model& model, PluginRegistry& registry, const DraftOptions& options);
+  // Factories given directly (tests, embedders); options.drafters is ignored.
+  Drafting(Model& model, std::vector<NamedFactory> factories, const DraftOptions& options);
+  ~Drafting();
+
+  // Same contract as tandem::generate (engine.h): greedy output is identical to plain decoding token
+  // for token; sampled output has the plain distribution (for deterministic drafters, with the same
+  // seed, the same tokens). `metrics` (optional) receives this request's numbers.
+  GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                          const std::function<bool(int32_t)>& on_token = {}, DraftMetrics* metrics = nullptr);
+
+  const DraftMetrics& metrics() const;  // since construction
+  StairCut& staircut();
+  const std::vector<std::string>& names() const;
+
+ private:
+  friend class DraftedRequest;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a caller adds at each position of a drafted request so that it decodes exactly as its own
+// plain loop would (tandem serve: logit bias, penalties, min_tokens, grammar masks, forced tokens).
+// The hooks see the positions in order, each after the previous token was emitted, so whatever
+// they keep per token (penalty counts, a grammar matcher) is current for every verified row: a
+// draft is accepted only if it is the token the caller's plain rule picks from that row.
+struct DraftHooks {
+  // Optional: a token forced at this position (a reasoning budget's close); the row is not read.
+  std::function<bool(int32_t& token)> forced;
+  // Optional: edits this position's logits in place before a token is drawn from them.
+  std::function<void(float* row)> process;
+  // Required: each committed token, in order; false ends the request at this token.
+  std::function<bool(int32_t token)> emit;
+};
+
+// One drafted request driven step by step, for callers that interleave requests or pick tokens
+// under their own rules. The caller prefills the prompt into `seq`, commits it and picks the first
+// token itself; each step() then verifies one chain (or takes a plain step) and emits 1..k+1 tokens.
+// Owner: borrows the Drafting, the Sequence and the Rng (all must outlive it); on destruction its
+// metrics join the Drafting's totals. A Drafting serves one request at a time (StairCut keeps
+// per-request state). Thread: the thread that drives the Model. Sync: each step waits for its logits.
+class TANDEM_API DraftedRequest {
+ public:
+  // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed).
+  DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+                 const SamplingParams& sampling, Rng& rng);
+  ~DraftedRequest();
+  DraftedRequest(const DraftedRequest&) = delete;
+  DraftedRequest& operator=(const DraftedRequest&) = delete;
+
+  // One verify pass emitting at most `max_tokens` (≥ 1) tokens. Returns false once hooks.emit did.
+  bool step(int max_tokens, const DraftHooks& hooks);
+  // This request's numbers so far (generated_tokens counts `first`).
+  const DraftMetrics& metrics() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
+// T_v(m) for m = 1..max_rows: median wall time of forward(m rows) + acceptance-sized host work +
+// commit, after `context` committed tokens, on this machine.
+TANDEM_API std::vector<double> measure_verify_costs(Model& model, int max_rows, int64_t context, int reps);
+
+}  // namespace tandem

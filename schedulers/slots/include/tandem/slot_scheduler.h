@@ -1,0 +1,198 @@
+// The queue in front of N slots and the one engine thread that drives the Model: each round it
+// admits queued jobs into free slots, then gives every busy slot one step (a prefill chunk, one
+// decode token, or with drafters one verify pass of 1..k+1 tokens), round-robin, so slots take
+// turns on the single-threaded Model.
+// Owner: the SlotScheduler owns its thread, its slots and their Sequences, and borrows the Model, the
+// codec and the metrics, which must outlive it. A Job is shared (std::shared_ptr) by the HTTP side
+// and the engine. Thread: submit/close/cancel_all/counts/slots from any thread; Job::take and
+// Job::cancel from any thread; Job::wake is called on the engine thread. Sync: one scheduler mutex
+// for the queue and the slot snapshots; one mutex per job for its output.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tandem/drafting.h"
+#include "tandem/model.h"
+#include "tandem/request.h"
+#include "tandem/text/chat_output.h"
+#include "tandem/text/output_rules.h"
+
+namespace tandem {
+
+class PluginRegistry;
+class TextCodec;
+class TextStream;
+struct OutputVocab;
+
+using Clock = std::chrono::steady_clock;
+
+// What a job produced since the last take(), and how it ended once done.
+struct JobOutput {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  std::string finish_reason;       // stop, length, abort
+  std::optional<RequestError> error;  // the request failed after it was queued
+  Usage usage;
+  Timings timings;
+};
+
+class Job {
+ public:
+  enum class Cancel { none, client_gone, server };
+
+  // Inputs, fixed before Scheduler::submit().
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  int max_tokens = 1;
+  RequestParams params;
+  bool want_text = false;          // decode text through the codec (needs a tokenizer)
+  // Chat only (with want_text): what the engine enforces on the output (decode_control.h).
+  bool chat = false;
+  bool starts_in_reasoning = false;
+  std::vector<ToolSpec> tools;
+  OutputRules rules;
+  std::function<void()> wake;      // called on the engine thread when output is ready; must not block
+
+  void cancel(Cancel why);
+  Cancel cancelled() const { return cancel_.load(); }
+  JobOutput take();
+
+ private:
+  friend class SlotScheduler;
+  void emit(const std::string& text, int32_t token);
+  void finish(JobOutput last);
+  void notify() {
+    if (wake) wake();
+  }
+
+  std::mutex mu_;
+  JobOutput out_;
+  std::atomic<Cancel> cancel_{Cancel::none};
+  Clock::time_point arrived_ = Clock::now();
+};
+
+// Tokens per prefill pass of `tandem serve` and `tandem bench`: few enough that other slots and cancels
+// get a turn, and that Bolt with a 32,768-token context stays within its weights + 3 GiB. The layers
+// share their activation scratch, which grows with the pass; for Bolt (spec § 13.3, f32, the widest
+// layer of each kind) one token takes
+//   model x, h, out 3·4096 = 12,288 floats; attention q, k, v, out 4096 + 2·256 + 4096 = 8,704;
+//   MoE logits 496 + ids, weights 2·9 + latent 1024 + h 9·2560 + eo 9·1024 + Σ 1024 + shared 4096
+//   + mid 5376 = 44,290; Mamba2 arena proj 18,560 + xBC 10,240 + Δ 128 + y, z, normed 3·8192
+//   + scan 8·128 + 128 = 54,656
+// = 119,938 floats ≈ 0.48 MB: 0.25 GB at 512 tokens, 0.98 GB at 2048. The context holds KV
+// 8·2·32768·256·4 B = 0.54 GB and Mamba state 40·2·(10240·3 + 128·64·128)·4 B = 0.35 GB (+ 0.05 GB of
+// verify logs); the CUDA pool adds its 2 MiB rounding of every weight and keeps the blocks of
+// earlier, smaller passes. Measured peaks (H200, `tandem bench --synth bolt`, 2026-11-30): weights
+// + 2.56 GB at 512, + 2.91 GB at 1024, + 3.36 GB at 2048, over the 3.22 GB (3 GiB) allowed.
+constexpr int kDefaultPrefillChunk = 512;
+
+// Gauges that the scheduler owns; read at render time.
+struct EngineGauges {
+  int running = 0;
+  int waiting = 0;
+  int slots = 0;
+};
+
+// What the scheduler reports as requests run, on the engine thread (the server's Prometheus metrics
+// implement it). Every method is optional; implementations must not block.
+class SchedulerEvents {
+ public:
+  virtual ~SchedulerEvents() = default;
+  virtual void refused(const std::string& reason) { (void)reason; }    // queue_timeout
+  virtual void finished(const std::string& reason) { (void)reason; }   // stop, length, abort, error
+  virtual void tokens(int64_t prompt, int64_t generated) { (void)prompt, (void)generated; }
+  virtual void time_to_first_token(double s) { (void)s; }
+  virtual void inter_token_latency(double s) { (void)s; }
+  virtual void request_latencies(double e2e, double queue, double prefill, double decode) {
+    (void)e2e, (void)queue, (void)prefill, (void)decode;
+  }
+  // Speculative decoding: the drafters in use and StairCut's measured T_v(m) (seconds, [m − 1]).
+  virtual void set_drafting(const std::vector<std::string>& drafters, const std::vector<double>& verify_costs) {
+    (void)drafters, (void)verify_costs;
+  }
+  virtual void set_verify_costs(const std::vector<double>& verify_costs) { (void)verify_costs; }
+  virtual void drafted(const DraftMetrics& request) { (void)request; }  // one finished drafted request
+};
+
+struct SchedulerOptions {
+  int slots = 1;
+  int max_queue = 8;
+  int64_t context = 4096;          // tokens per slot
+  int prefill_chunk = kDefaultPrefillChunk;  // tokens per prefill step
+  double queue_timeout_s = 0;      // 0 = wait forever
+  // Drafters (profile `draft:`, `tandem serve --draft`); none = plain decoding. Each slot gets its
+  // own Drafting (StairCut keeps per-request state); the verify costs are measured once.
+  DraftOptions draft;
+  std::function<void()> after_step;  // tests: called on the engine thread after every slot step
+};
+
+struct SlotInfo {
+  int id = 0;
+  const char* state = "idle";      // idle, prefill, decode
+  int64_t n_past = 0;
+  std::string request_id;
+  std::string drafter;             // the slot's drafters, comma-separated; "" = plain
+};
+
+class SlotScheduler {
+ public:
+  enum class Admission { accepted, queue_full, draining };
+
+  // `registry` provides the drafters named in options.draft (needed only when there are some).
+  SlotScheduler(Model& model, std::shared_ptr<const TextCodec> codec, SchedulerEvents& events, SchedulerOptions options,
+                PluginRegistry* registry = nullptr);
+  ~SlotScheduler();  // cancels every job and joins the engine thread
+  SlotScheduler(const SlotScheduler&) = delete;
+  SlotScheduler& operator=(const SlotScheduler&) = delete;
+
+  Admission submit(std::shared_ptr<Job> job);
+  void close();       // refuse new jobs (draining); running and queued ones go on
+  void cancel_all();  // end every queued and running job now (after the drain grace period)
+  EngineGauges gauges() const;
+  std::vector<SlotInfo> slots() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Slot;
+  void run();
+  void admit_locked(Clock::time_point now);
+  void step(Slot& s);
+  void step_drafted(Slot& s);
+  void process(Slot& s, float* logits);
+  const char* on_token(Slot& s, int32_t token, bool forced);  // the finish reason, or null to go on
+  void finish(Slot& s, const std::string& reason, std::optional<RequestError> error = std::nullopt);
+  void publish(const Slot& s);
+
+  Model& model_;
+  std::shared_ptr<const TextCodec> codec_;
+  SchedulerEvents& events_;
+  SchedulerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<SlotInfo> info_;     // snapshots of the slots, under mu_
+  std::vector<std::shared_ptr<Job>> active_;  // the job of each slot (null when idle), under mu_
+  int running_ = 0;                // under mu_
+  bool closed_ = false, stop_ = false;
+
+  std::vector<int32_t> end_ids_;               // model EOS ids and the tokenizer's end-of-generation ids
+  std::unique_ptr<OutputVocab> output_vocab_;  // for chat constraints; null without a tokenizer
+  std::string reasoning_close_;                // what a reasoning budget injects to close thinking
+  std::vector<std::unique_ptr<Slot>> slots_;  // engine thread only
+  size_t next_ = 0;                            // round-robin start
+  std::thread thread_;
+};
+
+}  // namespace tandem

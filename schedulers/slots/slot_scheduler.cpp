@@ -1,0 +1,392 @@
+// The engine thread: admission from the FIFO queue, one step per busy slot per round, sampling
+// with the request's penalties and biases, and the end of each job (stop, length, abort, error).
+// With drafters every decode step is a DraftedRequest::step whose hooks are the same per-token rules
+// as a plain step (forced tokens, penalties, bias, min_tokens, grammar masks), applied to each
+// verified row in order: a draft survives only if it is the token the plain step would have picked,
+// so constrained and budgeted requests draft too, with the plain output (greedy: the same tokens).
+#include "tandem/slot_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "tandem/error.h"
+#include "tandem/registry.h"
+
+#include "tandem/text/decode_control.h"
+#include "tandem/text/text_codec.h"
+#include "tandem/text/text_stream.h"
+
+namespace tandem {
+
+namespace {
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+RequestError shutting_down() {
+  return RequestError{RequestError::Kind::shutting_down, "draining", "", "the server is shutting down"};
+}
+}  // namespace
+
+void Job::cancel(Cancel why) {
+  Cancel none = Cancel::none;
+  cancel_.compare_exchange_strong(none, why);
+}
+
+JobOutput Job::take() {
+  std::lock_guard lk(mu_);
+  JobOutput o = std::move(out_);
+  out_ = JobOutput{};
+  out_.done = o.done;  // done stays visible to later takes
+  return o;
+}
+
+void Job::emit(const std::string& text, int32_t token) {
+  {
+    std::lock_guard lk(mu_);
+    out_.text += text;
+    out_.tokens.push_back(token);
+  }
+  notify();
+}
+
+void Job::finish(JobOutput last) {
+  {
+    std::lock_guard lk(mu_);
+    out_.text += last.text;
+    out_.done = true;
+    out_.finish_reason = last.finish_reason;
+    out_.error = std::move(last.error);
+    out_.usage = last.usage;
+    out_.timings = last.timings;
+  }
+  notify();
+}
+
+struct SlotScheduler::Slot {
+  int id = 0;
+  std::shared_ptr<Job> job;
+  std::unique_ptr<Sequence> seq;
+  std::unique_ptr<TextStream> text;
+  std::unique_ptr<DecodeControl> control;  // chat jobs: reasoning budget and output constraints
+  std::unique_ptr<Drafting> drafting;      // null without drafters
+  std::unique_ptr<DraftedRequest> drafted; // the running job's drafting state, after its prefill
+  Rng rng;
+  std::vector<float> logits;
+  size_t prefilled = 0;
+  int generated = 0;
+  int64_t steps = 0;
+  int32_t last = 0;
+  std::unordered_map<int32_t, int> counts;  // generated token → times, for the penalties
+  std::vector<bool> in_prompt;              // for repetition_penalty only
+  Clock::time_point started, first_token, last_token;
+};
+
+SlotScheduler::SlotScheduler(Model& model, std::shared_ptr<const TextCodec> codec, SchedulerEvents& events,
+                             SchedulerOptions options, PluginRegistry* registry)
+    : model_(model), codec_(std::move(codec)), events_(events), options_(options) {
+  check(options_.slots >= 1, "--slots must be at least 1, found ", options_.slots);
+  check(options_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, found ", options_.prefill_chunk);
+  end_ids_.assign(model_.desc().eos_ids.begin(), model_.desc().eos_ids.end());
+  for (int32_t id : codec_->end_ids())
+    if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) end_ids_.push_back(id);
+  if (codec_->missing_tokenizer().empty()) {
+    output_vocab_ = std::make_unique<OutputVocab>(*codec_, model_.desc().vocab, end_ids_);
+    reasoning_close_ = codec_->reasoning_close();
+  }
+  std::string drafter;
+  for (const auto& n : options_.draft.drafters) drafter += (drafter.empty() ? "" : ",") + n;
+  check(drafter.empty() || registry, "drafting: drafters '", drafter, "' were asked for but no plugin registry was given");
+  DraftOptions draft = options_.draft;
+  for (int i = 0; i < options_.slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    Slot& s = *slots_.back();
+    s.id = i;
+    if (!drafter.empty()) {
+      s.drafting = std::make_unique<Drafting>(model_, *registry, draft);
+      // The first slot measured T_v(m) on this machine; the others start from its table.
+      if (draft.verify_costs.empty()) draft.verify_costs = s.drafting->staircut().costs().table();
+    }
+    info_.push_back(SlotInfo{i, "idle", 0, "", drafter});
+    active_.push_back(nullptr);
+  }
+  if (!drafter.empty()) events_.set_drafting(options_.draft.drafters, draft.verify_costs);
+  thread_ = std::thread([this] { run(); });
+}
+
+SlotScheduler::~SlotScheduler() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = closed_ = true;
+  }
+  cancel_all();
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+SlotScheduler::Admission SlotScheduler::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return Admission::draining;
+    // Capacity is the slots plus the queue; a burst that free slots will take at once is not refused.
+    if (int(queue_.size()) + running_ >= int(slots_.size()) + options_.max_queue) return Admission::queue_full;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return Admission::accepted;
+}
+
+void SlotScheduler::close() {
+  std::lock_guard lk(mu_);
+  closed_ = true;
+}
+
+void SlotScheduler::cancel_all() {
+  {
+    std::lock_guard lk(mu_);
+    for (auto& j : queue_) j->cancel(Job::Cancel::server);
+    for (auto& j : active_)
+      if (j) j->cancel(Job::Cancel::server);
+  }
+  cv_.notify_all();
+}
+
+EngineGauges SlotScheduler::gauges() const {
+  std::lock_guard lk(mu_);
+  return {running_, int(queue_.size()), int(slots_.size())};
+}
+
+std::vector<SlotInfo> SlotScheduler::slots() const {
+  std::lock_guard lk(mu_);
+  return info_;
+}
+
+void SlotScheduler::run() {
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || running_ > 0; });
+      if (stop_ && queue_.empty() && running_ == 0) return;
+      admit_locked(Clock::now());
+    }
+    // One step per busy slot, starting one further each round so no slot always goes first.
+    size_t n = slots_.size();
+    for (size_t k = 0; k < n; ++k) {
+      Slot& s = *slots_[(next_ + k) % n];
+      if (!s.job) continue;
+      step(s);
+      if (options_.after_step) options_.after_step();
+    }
+    next_ = (next_ + 1) % n;
+  }
+}
+
+void SlotScheduler::admit_locked(Clock::time_point now) {
+  // Queued jobs whose client left, or that waited too long, end before they take a slot.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& j = **it;
+    std::optional<RequestError> err;
+    if (j.cancelled() == Job::Cancel::server) {
+      err = shutting_down();
+    } else if (j.cancelled() == Job::Cancel::none && options_.queue_timeout_s > 0 &&
+               seconds(j.arrived_, now) > options_.queue_timeout_s) {
+      err = RequestError{RequestError::Kind::queue_timeout, "queue_timeout", "",
+                         "waited longer than --queue-timeout for a slot"};
+    } else if (j.cancelled() == Job::Cancel::none) {
+      ++it;
+      continue;
+    }
+    if (err && err->kind == RequestError::Kind::queue_timeout) events_.refused("queue_timeout");
+    else events_.finished("abort");
+    JobOutput o;
+    o.finish_reason = "abort";
+    o.error = std::move(err);
+    (*it)->finish(std::move(o));
+    it = queue_.erase(it);
+  }
+  for (auto& sp : slots_) {
+    if (queue_.empty()) break;
+    Slot& s = *sp;
+    if (s.job) continue;
+    s.job = std::move(queue_.front());
+    queue_.pop_front();
+    const RequestParams& p = s.job->params;
+    s.seq.reset();
+    s.text = s.job->want_text ? std::make_unique<TextStream>(*codec_, p.stop) : nullptr;
+    s.control = s.job->chat && s.text && output_vocab_
+                    ? std::make_unique<DecodeControl>(*output_vocab_, s.job->rules, s.job->tools,
+                                                      s.job->starts_in_reasoning, reasoning_close_)
+                    : nullptr;
+    s.rng = Rng(p.sampling.seed);
+    s.prefilled = 0;
+    s.generated = 0;
+    s.steps = 0;
+    s.counts.clear();
+    s.in_prompt.clear();
+    if (p.repetition_penalty != 1.0f) {
+      s.in_prompt.assign(size_t(model_.desc().vocab), false);
+      for (int32_t t : s.job->prompt) s.in_prompt[size_t(t)] = true;
+    }
+    s.started = now;
+    active_[size_t(s.id)] = s.job;
+    info_[size_t(s.id)] = SlotInfo{s.id, "prefill", 0, s.job->request_id, info_[size_t(s.id)].drafter};
+    ++running_;
+  }
+}
+
+void SlotScheduler::publish(const Slot& s) {
+  std::lock_guard lk(mu_);
+  SlotInfo& i = info_[size_t(s.id)];
+  i.state = s.prefilled < s.job->prompt.size() ? "prefill" : "decode";
+  i.n_past = s.seq ? s.seq->pos : 0;
+}
+
+void SlotScheduler::step(Slot& s) {
+  Job& j = *s.job;
+  if (j.cancelled() != Job::Cancel::none) {
+    finish(s, "abort", j.cancelled() == Job::Cancel::server
+                           ? std::optional<RequestError>(shutting_down())
+                           : std::nullopt);
+    return;
+  }
+  const char* reason = nullptr;
+  try {
+    if (s.drafted) {
+      step_drafted(s);
+      return;
+    }
+    if (s.prefilled < j.prompt.size()) {
+      if (!s.seq) s.seq = model_.new_sequence(options_.context);
+      size_t n = std::min(size_t(options_.prefill_chunk), j.prompt.size() - s.prefilled);
+      std::vector<int32_t> part(j.prompt.begin() + long(s.prefilled), j.prompt.begin() + long(s.prefilled + n));
+      model_.forward(*s.seq, part, ForwardMode::Prefill, s.logits, false);
+      model_.commit(*s.seq, int(n));
+      s.prefilled += n;
+      if (s.prefilled < j.prompt.size()) {
+        publish(s);
+        return;
+      }
+    } else {
+      model_.forward(*s.seq, {s.last}, ForwardMode::Verify, s.logits, false);
+      model_.commit(*s.seq, 1);
+    }
+    ++s.steps;
+    // The reasoning budget's close sequence goes in at its real positions, one token a step.
+    int32_t tok = 0;
+    const bool forced = s.control && s.control->forced(tok);
+    if (!forced) {
+      process(s, s.logits.data());
+      tok = model_.backend().sample(s.logits.data(), model_.desc().vocab, j.params.sampling, s.rng);
+    }
+    reason = on_token(s, tok, forced);
+    // After the prefill's token, a drafting slot decodes the rest of the request drafted.
+    if (!reason && s.drafting && !s.drafted)
+      s.drafted = std::make_unique<DraftedRequest>(*s.drafting, *s.seq, j.prompt, tok, j.params.sampling, s.rng);
+  } catch (const std::exception& e) {
+    spdlog::error("request {}: {}", j.request_id, e.what());
+    finish(s, "error", RequestError{RequestError::Kind::internal, "internal_error", "",
+                                    std::string("generation failed: ") + e.what()});
+    return;
+  }
+  if (reason) finish(s, reason);
+}
+
+// One verify pass of a drafted request. The job ends (finish) only after the pass: the Sequence
+// must outlive the commit that closes it.
+void SlotScheduler::step_drafted(Slot& s) {
+  Job& j = *s.job;
+  const char* reason = nullptr;
+  bool forced = false;
+  DraftHooks hooks;
+  hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
+  hooks.process = [&](float* row) { process(s, row); };
+  hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
+  ++s.steps;
+  s.drafted->step(j.max_tokens - s.generated, hooks);
+  if (reason) finish(s, reason);
+}
+
+void SlotScheduler::process(Slot& s, float* l) {
+  const RequestParams& p = s.job->params;
+  const int vocab = model_.desc().vocab;
+  for (auto [id, bias] : p.logit_bias) l[id] += bias;
+  if (p.repetition_penalty != 1.0f) {
+    // vLLM's rule: every token seen in the prompt or the output, positive logits divided.
+    for (int t = 0; t < vocab; ++t)
+      if (s.in_prompt[size_t(t)] || s.counts.count(t)) l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+  }
+  if (p.presence_penalty != 0 || p.frequency_penalty != 0)
+    for (auto [t, c] : s.counts) l[t] -= p.frequency_penalty * float(c) + p.presence_penalty;
+  if (s.generated < p.min_tokens)
+    for (int32_t e : end_ids_)
+      if (e >= 0 && e < vocab) l[e] = -std::numeric_limits<float>::infinity();
+  if (s.control) s.control->mask(l);
+}
+
+const char* SlotScheduler::on_token(Slot& s, int32_t tok, bool forced) {
+  Job& j = *s.job;
+  auto now = Clock::now();
+  if (s.generated == 0) {
+    s.first_token = now;
+    events_.time_to_first_token(seconds(j.arrived_, now));
+  } else {
+    events_.inter_token_latency(seconds(s.last_token, now));
+  }
+  s.last_token = now;
+  ++s.generated;
+  ++s.counts[tok];
+  s.last = tok;
+  bool at_eos = !j.params.ignore_eos && std::find(end_ids_.begin(), end_ids_.end(), tok) != end_ids_.end();
+  // EOS is a generated token (usage counts it, `tokens` lists it, as tandem::generate does) but no text.
+  std::string text = s.text && !at_eos ? s.text->push(tok) : std::string();
+  j.emit(text, tok);
+  if (s.control) s.control->on_token(tok, forced);
+  if (at_eos || (s.text && s.text->stopped()) || (s.control && s.control->done())) return "stop";
+  if (s.generated >= j.max_tokens) return "length";
+  publish(s);
+  return nullptr;
+}
+
+void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<RequestError> error) {
+  Job& j = *s.job;
+  auto now = Clock::now();
+  JobOutput o;
+  o.finish_reason = reason;
+  if (s.text && !error && reason != "abort" && !s.text->stopped()) o.text = s.text->flush();
+  o.usage = {int64_t(s.prefilled), int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0};
+  o.timings.prompt_n = int64_t(s.prefilled);
+  o.timings.predicted_n = s.generated;
+  o.timings.steps = s.steps;
+  Clock::time_point prefill_end = s.generated ? s.first_token : now;
+  o.timings.prompt_ms = seconds(s.started, prefill_end) * 1000.0;
+  o.timings.predicted_ms = s.generated ? seconds(s.first_token, s.last_token) * 1000.0 : 0.0;
+  o.error = std::move(error);
+
+  events_.tokens(int64_t(s.prefilled), s.generated);
+  events_.finished(reason);
+  if (reason != "abort" && reason != "error")
+    events_.request_latencies(seconds(j.arrived_, now), seconds(j.arrived_, s.started), seconds(s.started, prefill_end),
+                               o.timings.predicted_ms / 1000.0);
+
+  if (s.drafted) {
+    o.timings.draft_tokens = s.drafted->metrics().drafted_tokens;
+    o.timings.accepted_tokens = s.drafted->metrics().accepted_tokens;
+    events_.drafted(s.drafted->metrics());
+    s.drafted.reset();  // before its Sequence; its numbers join the slot's Drafting totals
+    events_.set_verify_costs(s.drafting->staircut().costs().table());
+  }
+  std::shared_ptr<Job> job = std::move(s.job);
+  s.seq.reset();  // a fresh Sequence per request: no prefix reuse yet, and the memory goes back now
+  s.text.reset();
+  s.control.reset();
+  {
+    std::lock_guard lk(mu_);
+    active_[size_t(s.id)] = nullptr;
+    info_[size_t(s.id)] = SlotInfo{s.id, "idle", 0, "", info_[size_t(s.id)].drafter};
+    --running_;
+  }
+  job->finish(std::move(o));
+}
+
+}  // namespace tandem

@@ -1,0 +1,169 @@
+// Runs build/bin/tandem as a user would: ids from generate and logits from `logits` equal what the
+// engine computes in process; bad flags and files are one-line errors with exit status 1 or 2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tandem/generate.h"
+#include "tandem/npy.h"
+#include "tandem/registry.h"
+#include "tandem/text/tokenizer.h"
+#include "test_util.h"
+#include "tiny_chat_model.h"
+
+namespace fs = std::filesystem;
+using namespace tandem;
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out, err;
+};
+
+CliRun run(const std::string& args) {
+  fs::path err = fs::temp_directory_path() / ("tandem_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = std::string(TANDEM_BINARY_DIR) + "/bin/tandem " + args + " 2>" + err.string();
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  std::ifstream ef(err);
+  std::stringstream es;
+  es << ef.rdbuf();
+  fs::remove(err);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, es.str()};
+}
+
+std::string prompt_file() {
+  fs::path p = fs::temp_directory_path() / ("tandem_cli_prompt_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(p) << "5 17 200 3\n99 42 7\n";
+  return p.string();
+}
+
+const std::vector<int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7};
+
+std::unique_ptr<Model> model(const std::string& rel) {
+  static PluginRegistry reg;
+  static bool loaded = false;
+  if (!loaded) reg.load_directory(test::plugin_dir()), loaded = true;
+  LoadOptions o;
+  o.path = test::data_path(rel);
+  return Model::load(o, reg);
+}
+
+}  // namespace
+
+TEST(Cli, GeneratePrintsGreedyIds) {
+  std::string pf = prompt_file();
+  CliRun r = run("generate --config " + std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml --tokens " + pf +
+              " --max-tokens 12 --print-ids");
+  fs::remove(pf);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto m = model("hf/latent");
+  GenerateOptions g;
+  g.max_tokens = 12;
+  g.context = 64;
+  GenerateResult want = generate(*m, kPrompt, g);
+  std::stringstream ss(r.out);
+  std::vector<int32_t> got;
+  int32_t v;
+  while (ss >> v) got.push_back(v);
+  EXPECT_EQ(got, want.tokens);
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST(Cli, SeededSamplingIsReproducible) {
+  std::string pf = prompt_file();
+  std::string args = "generate --model " + test::data_path("hf/nolatent") + " --tokens " + pf +
+                     " --max-tokens 10 --temperature 0.9 --top-p 0.95 --seed 11 --print-ids";
+  CliRun a = run(args), b = run(args);
+  fs::remove(pf);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(Cli, LogitsWritesEveryPosition) {
+  std::string pf = prompt_file();
+  fs::path out = fs::temp_directory_path() / ("tandem_cli_logits_" + std::to_string(::getpid()) + ".npy");
+  CliRun r = run("logits --model " + test::data_path("hf/nolatent") + " --tokens " + pf + " --out " + out.string());
+  fs::remove(pf);
+  ASSERT_EQ(r.status, 0) << r.err;
+  NpyArray a = read_npy(out.string());
+  fs::remove(out);
+  auto m = model("hf/nolatent");
+  auto seq = m->new_sequence(64);
+  std::vector<float> want;
+  m->forward(*seq, kPrompt, ForwardMode::Prefill, want, true);
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{7, 256}));
+  EXPECT_EQ(a.data, want);
+}
+
+TEST(Cli, BadInputsAreOneLineErrors) {
+  std::string pf = prompt_file();
+  const std::string cfg = std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"generate --config " + cfg + " --tokens " + pf + " --bogus 1", "unknown option '--bogus'"},
+      {"generate --config " + cfg + " --tokens " + pf + " --max-tokens many", "--max-tokens expects an integer"},
+      {"generate --config " + cfg + " --tokens /nonexistent.txt", "token file '/nonexistent.txt' cannot be read"},
+      {"generate --config " + cfg + " --prompt hello", "needs a tokenizer"},
+      {"generate --tokens " + pf, "no model: give --config"},
+      {"generate --model /nonexistent --tokens " + pf, "'/nonexistent' does not exist"},
+      {"generate --config /nonexistent.yaml --tokens " + pf, "profile '/nonexistent.yaml' cannot be read"},
+      {"generate --config " + cfg + " --tokens " + pf + " --device tpu", "no backend plugin provides 'tpu'"},
+      {"logits --config " + cfg + " --tokens " + pf, "--out FILE.npy are required"},
+  };
+  for (const auto& c : cases) {
+    CliRun r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  fs::remove(pf);
+  EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
+  fs::path dir = fs::temp_directory_path() / ("tandem_cli_chat_" + std::to_string(::getpid()));
+  auto m = test::write_tiny_chat_model(dir.string(),
+                                       test::shared_data("chat_templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"));
+  CliRun text = run("generate --config " + m.profile + " --prompt 'Hello there' --max-tokens 12");
+  CliRun ids = run("generate --config " + m.profile + " --prompt 'Hello there' --max-tokens 12 --print-ids");
+  ASSERT_EQ(text.status, 0) << text.err;
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  // The prompt is the bytes of the text (the tokenizer has no merges); the ids are generate()'s.
+  std::vector<int32_t> prompt;
+  for (unsigned char c : std::string("Hello there")) prompt.push_back(test::kTinyFirstByte + c);
+  static PluginRegistry reg;
+  reg.load_directory(test::plugin_dir());
+  LoadOptions o;
+  o.path = m.dir;
+  GenerateOptions g;
+  g.max_tokens = 12;
+  g.context = 64;
+  GenerateResult want = generate(*Model::load(o, reg), prompt, g);
+  std::stringstream ss(ids.out);
+  std::vector<int32_t> got;
+  int32_t v;
+  while (ss >> v) got.push_back(v);
+  EXPECT_EQ(got, want.tokens);
+  // The text is those ids' bytes; control tokens (the EOS ids) have none.
+  std::string bytes;
+  for (int32_t t : want.tokens)
+    if (t >= test::kTinyFirstByte) bytes += char(t - test::kTinyFirstByte);
+    else if (t >= 12 && t <= 17) bytes += std::vector<std::string>{"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"}[size_t(t - 12)];
+  EXPECT_EQ(text.out, utf8_lossy(bytes) + "\n");
+  fs::remove_all(dir);
+  fs::remove(m.profile);
+}

@@ -1,0 +1,142 @@
+// Test drafters for the drafting loop: random (rejected everywhere), oracle (the plain run's own
+// continuation, optionally corrupted), and a sampling drafter that reports its q.
+#pragma once
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "tandem/generate.h"
+#include "tandem/error.h"
+#include "tandem/drafting.h"
+#include "tandem/speculator.h"
+
+namespace tandem::test {
+
+// A factory from a function that makes the speculator.
+class FnFactory : public SpeculatorFactory {
+ public:
+  explicit FnFactory(std::function<std::unique_ptr<Speculator>()> make) : make_(std::move(make)) {}
+  std::unique_ptr<Speculator> create(const SpeculatorContext&, SpeculatorSettings& s) override {
+    s.finish();
+    return make_();
+  }
+
+ private:
+  std::function<std::unique_ptr<Speculator>()> make_;
+};
+
+// Keeps the history; subclasses propose from it.
+class HistoryDrafter : public Speculator {
+ public:
+  void begin(const int32_t* p, size_t n) override { h_.assign(p, p + n); }
+  void observe(const int32_t* t, size_t n) override { h_.insert(h_.end(), t, t + n); }
+
+ protected:
+  std::vector<int32_t> h_;
+};
+
+// `len` uniformly random tokens; a tiny model's argmax matches one with probability 1/V.
+class RandomDrafter : public HistoryDrafter {
+ public:
+  RandomDrafter(int len, int64_t vocab, uint64_t seed) : len_(len), vocab_(vocab), g_(seed) {}
+  void propose(int max_n, Draft& out) override {
+    out.clear();
+    for (int i = 0; i < std::min(max_n, len_); ++i) out.tokens.push_back(int32_t(g_() % uint64_t(vocab_)));
+  }
+  bool cheap() const override { return true; }
+
+ private:
+  int len_;
+  int64_t vocab_;
+  std::mt19937_64 g_;
+};
+
+// The true continuation: `truth` is prompt + the plain run's output. Each proposed token is replaced
+// by a wrong one with probability `corrupt` (partial accepts).
+class OracleDrafter : public HistoryDrafter {
+ public:
+  OracleDrafter(std::shared_ptr<std::vector<int32_t>> truth, double corrupt, int64_t vocab, uint64_t seed,
+                bool cheap = true)
+      : truth_(std::move(truth)), corrupt_(corrupt), vocab_(vocab), g_(seed), cheap_(cheap) {}
+  void begin(const int32_t* p, size_t n) override {
+    HistoryDrafter::begin(p, n);
+    check(n <= truth_->size() && std::equal(p, p + n, truth_->begin()), "oracle drafter: the prompt is not its truth's");
+  }
+  void propose(int max_n, Draft& out) override {
+    out.clear();
+    std::uniform_real_distribution<double> u(0, 1);
+    for (size_t i = h_.size(); i < truth_->size() && int(out.tokens.size()) < max_n; ++i) {
+      int32_t t = (*truth_)[i];
+      if (u(g_) < corrupt_) t = int32_t((uint64_t(t) + 1 + g_() % uint64_t(vocab_ - 1)) % uint64_t(vocab_));
+      out.tokens.push_back(t);
+    }
+  }
+  bool cheap() const override { return cheap_; }
+
+ private:
+  std::shared_ptr<std::vector<int32_t>> truth_;
+  double corrupt_;
+  int64_t vocab_;
+  std::mt19937_64 g_;
+  bool cheap_;
+};
+
+template <class T, class... A>
+std::shared_ptr<SpeculatorFactory> factory_of(A... args) {
+  return std::make_shared<FnFactory>([=]() { return std::make_unique<T>(args...); });
+}
+
+// Verify costs shaped like a GPU's (verifying 32 rows costs 2.5 plain steps) and frozen, so the
+// picker's choices depend on acceptance only; no throughput guard (the table is not this machine's).
+inline DraftOptions fixed_costs(int force_k = -1) {
+  DraftOptions o;
+  for (int m = 1; m <= 32; ++m) o.verify_costs.push_back(1e-3 * (1 + 0.05 * (m - 1)));
+  o.staircut.cost_ewma = 0;
+  o.staircut.guard_window = 0;
+  o.staircut.force_k = force_k;
+  return o;
+}
+
+inline GenerateOptions run_options(int max_tokens, bool stop_at_eos = false, int64_t context = 512) {
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.context = context;
+  o.stop_at_eos = stop_at_eos;
+  return o;
+}
+
+}  // namespace tandem::test
+
+namespace tandem::test {
+
+// Draws each proposed token from q(history), a distribution the test supplies, and reports q so
+// that verification uses speculative sampling (min(1, p/q), residual max(0, p − q)). Proposes
+// while q knows the history; a fresh seed per sequence keeps runs deterministic.
+class SamplingDrafter : public HistoryDrafter {
+ public:
+  using QFn = std::function<bool(const std::vector<int32_t>& history, TokenDist& q)>;
+  SamplingDrafter(QFn q, int len, uint64_t seed) : q_(std::move(q)), len_(len), g_(seed) {}
+  void propose(int max_n, Draft& out) override {
+    out.clear();
+    std::vector<int32_t> h = h_;
+    TokenDist q;
+    std::uniform_real_distribution<double> u(0, 1);
+    while (int(out.tokens.size()) < std::min(max_n, len_) && q_(h, q)) {
+      double x = u(g_), cum = 0;
+      size_t i = 0;
+      while (i + 1 < q.ids.size() && x >= (cum += q.probs[i])) ++i;
+      out.tokens.push_back(q.ids[i]);
+      out.q.push_back(q);
+      h.push_back(q.ids[i]);
+    }
+  }
+  bool cheap() const override { return true; }
+
+ private:
+  QFn q_;
+  int len_;
+  std::mt19937_64 g_;
+};
+
+}  // namespace tandem::test
