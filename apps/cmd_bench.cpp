@@ -133,21 +133,22 @@ std::vector<KindTime> profile_layers(Model& model, const std::vector<int32_t>& p
     stage[size_t(s + 1)] += std::chrono::duration<double>(now - last).count();
     last = now;
   });
-  auto seq = model.new_sequence(context);
-  std::vector<float> logits;
-  model.forward(*seq, prompt, ForwardMode::Prefill, logits, false);
-  model.commit(*seq, int(prompt.size()));
-  int32_t tok = prompt.back();
-  for (int i = 0; i < steps + 2; ++i) {
-    if (i == 2) std::fill(stage.begin(), stage.end(), 0.0), total = 0;  // two warm-up steps
+  // The decode loop itself (tandem::generate), timed from one token to the next: two warm-up steps,
+  // then `steps`. Each step is synchronized at its start, as the observer's first stage expects.
+  GenerateOptions g;
+  g.context = context;
+  g.stop_at_eos = false;
+  g.max_tokens = steps + 3;
+  int seen = 0;
+  clock_type::time_point t0;
+  generate(model, prompt, g, [&](int32_t) {
     be.synchronize();
-    const auto t0 = clock_type::now();
-    last = t0;
-    model.forward(*seq, {tok}, ForwardMode::Verify, logits, false);
-    model.commit(*seq, 1);
-    tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    total += since(t0);
-  }
+    const auto now = clock_type::now();
+    if (seen >= 3) total += std::chrono::duration<double>(now - t0).count();
+    if (++seen == 3) std::fill(stage.begin(), stage.end(), 0.0);  // the prefill and two warm-up steps
+    t0 = last = now;
+    return true;
+  });
   model.set_forward_observer(nullptr);
 
   std::map<std::string, KindTime> kinds;
@@ -496,16 +497,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
         std::snprintf(why, sizeof why, "about %.0f s at %.0f tok/s, over the %.0f s budget", double(n) / rate, rate, budget);
         pf.skipped = why;
       } else {
-        auto seq = model->new_sequence(n);
-        const std::vector<int32_t> tokens = random_tokens(n);
-        const auto t0 = clock_type::now();
-        for (int64_t c = 0; c < n; c += r.prefill_chunk) {  // as `tandem serve` prefills long prompts
-          const int64_t m = std::min(r.prefill_chunk, n - c);
-          model->forward(*seq, std::vector<int32_t>(tokens.begin() + c, tokens.begin() + c + m), ForwardMode::Prefill,
-                         logits, false);
-          model->commit(*seq, int(m));
-        }
-        pf.seconds = since(t0);
+        // The prompt alone, in the chunks `tandem serve` prefills long prompts in.
+        GenerateOptions pg;
+        pg.context = n;
+        pg.max_tokens = 0;
+        pg.prefill_chunk = int(r.prefill_chunk);
+        pf.seconds = generate(*model, random_tokens(n), pg).prefill_seconds;
         rate = double(n) / pf.seconds;
         std::fprintf(stderr, "prefill %lld: %.0f tok/s\n", (long long)n, rate);
       }

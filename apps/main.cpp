@@ -93,12 +93,15 @@ int cmd_generate(const std::vector<std::string>& argv) {
   Profile p = cli::resolve_profile(a);
   check(a.has("prompt") != a.has("tokens"), "tandem generate: give exactly one of --prompt or --tokens");
   // --prompt goes through the model's tokenizer: its side files, or the profile's / --tokenizer's file.
+  // The checkpoint is opened once: its side files give the codec, then the model loads from it.
+  PluginRegistry reg;
+  reg.load_default();
+  std::string format_name;
+  std::unique_ptr<Checkpoint> checkpoint = open_checkpoint(p.load, reg, &format_name);
   std::shared_ptr<TextCodec> codec;
   std::vector<int32_t> prompt;
   if (a.has("prompt")) {
-    PluginRegistry creg;
-    creg.load_default();
-    codec = make_text_codec(p, *open_checkpoint(p.load, creg));
+    codec = make_text_codec(p, *checkpoint);
     if (auto m = codec->missing_tokenizer(); !m.empty())
       fail("tandem generate: --prompt needs a tokenizer, and this model has none (", m, "); give --tokenizer FILE or use --tokens");
     prompt = codec->encode(a.str("prompt"), true, true);
@@ -119,11 +122,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
   DraftOptions draft = cli::draft_options(a, p.draft, "generate");
 
-  PluginRegistry reg;
-  reg.load_default();
   for (const auto& n : draft.drafters) reg.speculator(n, p.load.device);  // an unknown name fails before the load
   p.load.progress = cli::progress_printer("loading weights");
-  auto model = Model::load(p.load, reg);
+  auto model = Model::load(std::move(checkpoint), format_name, p.load, reg);
   GenerateResult r;
   if (draft.drafters.empty()) {
     r = generate(*model, prompt, g);

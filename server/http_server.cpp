@@ -476,18 +476,25 @@ int HttpServer::wait() {
   return im.exit_code.load();
 }
 
+LoadedModel load_profile_model(const Profile& profile, std::shared_ptr<PluginRegistry> registry,
+                               const std::function<void(double)>& progress) {
+  LoadedModel m;
+  m.registry = std::move(registry);
+  std::string format_name;
+  std::unique_ptr<Checkpoint> checkpoint = open_checkpoint(profile.load, *m.registry, &format_name);
+  m.codec = make_text_codec(profile, *checkpoint);
+  LoadOptions o = profile.load;
+  o.progress = progress;
+  m.model = Model::load(std::move(checkpoint), format_name, o, *m.registry);
+  m.path = profile.load.path;
+  return m;
+}
+
 ModelLoader profile_loader(const Profile& profile) {
   return [profile](const std::function<void(double)>& progress) {
-    LoadedModel m;
-    m.registry = std::make_shared<PluginRegistry>();
-    m.registry->load_default();
-    LoadOptions o = profile.load;
-    o.progress = progress;
-    m.model = Model::load(o, *m.registry);
-    // A second, cheap open (files are mapped, not read) for the side files the Model does not keep.
-    m.codec = make_text_codec(profile, *open_checkpoint(profile.load, *m.registry));
-    m.path = profile.load.path;
-    return m;
+    auto registry = std::make_shared<PluginRegistry>();
+    registry->load_default();
+    return load_profile_model(profile, std::move(registry), progress);
   };
 }
 

@@ -51,8 +51,11 @@ struct LoadedModel {
 // Loads a model; calls `progress` with the fraction loaded (0 … 1) as it goes.
 using ModelLoader = std::function<LoadedModel(const std::function<void(double)>& progress)>;
 
-// Loads the profile's model with the default plugins, and its text codec from the checkpoint's side
-// files (or the profile's overrides).
+// Loads the profile's model with `registry`'s plugins, and its text codec from the same checkpoint's
+// side files (or the profile's overrides): the checkpoint is opened once.
+LoadedModel load_profile_model(const Profile& profile, std::shared_ptr<PluginRegistry> registry,
+                               const std::function<void(double)>& progress);
+// load_profile_model with the default plugins.
 ModelLoader profile_loader(const Profile& profile);
 
 class HttpServer {

@@ -1,6 +1,7 @@
-// The drafted generation loop: propose → pick (StairCut) → one verify pass → accept → commit(n) →
-// observe, with every proposal retro-scored against the committed text.
+// The drafted steps of a Generation (generation.h): propose → pick (StairCut) → one verify pass →
+// accept → commit(n) → observe, with every proposal retro-scored against the committed text.
 #include "tandem/drafting.h"
+#include "tandem/generation.h"
 
 #include <algorithm>
 #include <chrono>
@@ -178,7 +179,7 @@ DraftedRequest::~DraftedRequest() { st_->im.total.add(st_->m); }
 
 const DraftMetrics& DraftedRequest::metrics() const { return st_->m; }
 
-bool DraftedRequest::step(int max_tokens, const DraftHooks& hooks) {
+bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   State& s = *st_;
   check(!s.ended, "drafted request: step() after the request ended");
   check(max_tokens >= 1, "drafted request: step() needs max_tokens ≥ 1, found ", max_tokens);
@@ -284,41 +285,7 @@ bool DraftedRequest::step(int max_tokens, const DraftHooks& hooks) {
 
 GenerateResult Drafting::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o,
                                   const std::function<bool(int32_t)>& on_token, DraftMetrics* out_metrics) {
-  check(!prompt.empty(), "generate: the prompt is empty");
-  check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
-        o.max_tokens, ") exceed the context window of ", o.context);
-  Model& model = impl_->model;
-  const auto& eos = model.desc().eos_ids;
-
-  GenerateResult r;
-  auto seq = model.new_sequence(o.context);
-  Rng rng(o.sampling.seed);
-  std::vector<float> logits;
-  auto emit = [&](int32_t tok) {
-    r.tokens.push_back(tok);
-    if (on_token && !on_token(tok)) return false;
-    if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return !(r.stopped_at_eos = true);
-    return int(r.tokens.size()) < o.max_tokens;
-  };
-
-  auto t0 = Clock::now();
-  model.forward(*seq, prompt, ForwardMode::Prefill, logits, false);
-  model.commit(*seq, int(prompt.size()));
-  auto t1 = Clock::now();
-  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  if (o.max_tokens <= 0) {
-    if (out_metrics) *out_metrics = DraftMetrics{};
-    return r;
-  }
-  const int32_t first = model.backend().sample(logits.data(), model.desc().vocab, o.sampling, rng);
-  bool going = emit(first);
-  DraftedRequest req(*this, *seq, prompt, first, o.sampling, rng);
-  DraftHooks hooks;
-  hooks.emit = emit;
-  while (going) going = req.step(o.max_tokens - int(r.tokens.size()), hooks);
-  r.decode_seconds = since(t1);
-  if (out_metrics) *out_metrics = req.metrics();
-  return r;
+  return run_generation(impl_->model, this, prompt, o, on_token, out_metrics);
 }
 
 void DraftMetrics::add(const DraftMetrics& o) {

@@ -1,5 +1,5 @@
-// The plain generation loop.
-#include "tandem/generate.h"
+// The one decoding loop (tandem::Generation) and generate(), which runs it plain to the end.
+#include "tandem/generation.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,38 +8,91 @@
 
 namespace tandem {
 
-GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
-                        const std::function<bool(int32_t)>& on_token) {
+Generation::Generation(Model& model, Drafting* drafting, std::vector<int32_t> prompt, int64_t context,
+                       int prefill_chunk, const SamplingParams& sampling)
+    : model_(model), drafting_(drafting), prompt_(std::move(prompt)), context_(context),
+      chunk_(prefill_chunk > 0 ? size_t(prefill_chunk) : prompt_.size()), sampling_(sampling), rng_(sampling.seed) {
+  check(!prompt_.empty(), "generate: the prompt is empty");
+  check(prefill_chunk >= 0, "generate: the prefill chunk must not be negative, found ", prefill_chunk);
+}
+
+Generation::~Generation() = default;
+
+const DraftMetrics* Generation::draft_metrics() const { return drafted_ ? &drafted_->metrics() : nullptr; }
+
+bool Generation::step(int max_tokens, const StepHooks& hooks) {
+  check(!ended_, "generate: step() after the request ended");
+  check(max_tokens >= 0, "generate: step() needs max_tokens ≥ 0, found ", max_tokens);
+  if (drafted_) {
+    check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
+    ++steps_;
+    ended_ = !drafted_->step(max_tokens, hooks);
+    return !ended_;
+  }
+  if (prefilling()) {
+    if (!seq_) seq_ = model_.new_sequence(context_);
+    const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
+    const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
+    model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
+    model_.commit(*seq_, int(n));
+    prefilled_ += n;
+    if (prefilling()) return true;
+    if (max_tokens == 0) return !(ended_ = true);
+  } else {
+    check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
+    model_.forward(*seq_, {last_}, ForwardMode::Verify, logits_, false);
+    model_.commit(*seq_, 1);
+  }
+  ++steps_;
+  int32_t tok = 0;
+  if (!(hooks.forced && hooks.forced(tok))) {
+    if (hooks.process) hooks.process(logits_.data());
+    tok = model_.backend().sample(logits_.data(), model_.desc().vocab, sampling_, rng_);
+  }
+  last_ = tok;
+  const bool first = steps_ == 1;
+  ended_ = !hooks.emit(tok);
+  // After the prefill's token a drafted request decodes the rest through its DraftedRequest.
+  if (first && drafting_ && !ended_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, tok, sampling_, rng_);
+  return !ended_;
+}
+
+GenerateResult run_generation(Model& model, Drafting* drafting, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& o, const std::function<bool(int32_t)>& on_token,
+                              DraftMetrics* metrics) {
   check(!prompt.empty(), "generate: the prompt is empty");
   check(int64_t(prompt.size()) + o.max_tokens <= o.context, "generate: prompt (", prompt.size(), ") + max tokens (",
         o.max_tokens, ") exceed the context window of ", o.context);
-  using clock = std::chrono::steady_clock;
-  GenerateResult r;
-  auto seq = model.new_sequence(o.context);
-  Rng rng(o.sampling.seed);
-  std::vector<float> logits;
+  using Clock = std::chrono::steady_clock;
   const auto& eos = model.desc().eos_ids;
-
-  auto t0 = clock::now();
-  model.forward(*seq, prompt, ForwardMode::Prefill, logits, false);
-  model.commit(*seq, int(prompt.size()));
-  auto t1 = clock::now();
-  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-
-  for (int i = 0; i < o.max_tokens; ++i) {
-    int32_t tok = model.backend().sample(logits.data(), model.desc().vocab, o.sampling, rng);
+  GenerateResult r;
+  Generation gen(model, drafting, prompt, o.context, o.prefill_chunk, o.sampling);
+  const auto t0 = Clock::now();
+  auto t1 = t0;
+  StepHooks hooks;
+  hooks.emit = [&](int32_t tok) {
+    if (r.tokens.empty()) t1 = Clock::now();
     r.tokens.push_back(tok);
-    if (on_token && !on_token(tok)) break;
-    if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
-      r.stopped_at_eos = true;
-      break;
-    }
-    if (i + 1 == o.max_tokens) break;
-    model.forward(*seq, {tok}, ForwardMode::Verify, logits, false);
-    model.commit(*seq, 1);
+    if (on_token && !on_token(tok)) return false;
+    if (o.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return !(r.stopped_at_eos = true);
+    return int(r.tokens.size()) < o.max_tokens;
+  };
+  while (gen.step(std::max(0, o.max_tokens - int(r.tokens.size())), hooks)) {
   }
-  r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  const auto t2 = Clock::now();
+  if (r.tokens.empty()) t1 = t2;
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  if (metrics) {
+    *metrics = gen.draft_metrics() ? *gen.draft_metrics() : DraftMetrics{};
+    if (!gen.draft_metrics()) metrics->generated_tokens = int64_t(r.tokens.size());
+  }
   return r;
+}
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                        const std::function<bool(int32_t)>& on_token) {
+  return run_generation(model, nullptr, prompt, o, on_token, nullptr);
 }
 
 }  // namespace tandem

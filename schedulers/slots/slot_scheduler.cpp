@@ -1,9 +1,10 @@
-// The engine thread: admission from the FIFO queue, one step per busy slot per round, sampling
-// with the request's penalties and biases, and the end of each job (stop, length, abort, error).
-// With drafters every decode step is a DraftedRequest::step whose hooks are the same per-token rules
-// as a plain step (forced tokens, penalties, bias, min_tokens, grammar masks), applied to each
-// verified row in order: a draft survives only if it is the token the plain step would have picked,
-// so constrained and budgeted requests draft too, with the plain output (greedy: the same tokens).
+// The engine thread: admission from the FIFO queue, one step of each busy slot's Generation per
+// round (generation.h: a prefill chunk, a plain step or a drafted verify pass), sampling with the
+// request's penalties and biases, and the end of each job (stop, length, abort, error). The step
+// hooks are the same per-token rules plain or drafted (forced tokens, penalties, bias, min_tokens,
+// grammar masks), applied to each verified row in order: a draft survives only if it is the token
+// the plain step would have picked, so constrained and budgeted requests draft too, with the plain
+// output (greedy: the same tokens).
 #include "tandem/slot_scheduler.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "tandem/error.h"
+#include "tandem/generation.h"
 #include "tandem/registry.h"
 
 #include "tandem/text/decode_control.h"
@@ -67,17 +69,11 @@ void Job::finish(JobOutput last) {
 struct SlotScheduler::Slot {
   int id = 0;
   std::shared_ptr<Job> job;
-  std::unique_ptr<Sequence> seq;
+  std::unique_ptr<Generation> gen;         // the running job's prefill and decoding
   std::unique_ptr<TextStream> text;
   std::unique_ptr<DecodeControl> control;  // chat jobs: reasoning budget and output constraints
   std::unique_ptr<Drafting> drafting;      // null without drafters
-  std::unique_ptr<DraftedRequest> drafted; // the running job's drafting state, after its prefill
-  Rng rng;
-  std::vector<float> logits;
-  size_t prefilled = 0;
   int generated = 0;
-  int64_t steps = 0;
-  int32_t last = 0;
   std::unordered_map<int32_t, int> counts;  // generated token → times, for the penalties
   std::vector<bool> in_prompt;              // for repetition_penalty only
   Clock::time_point started, first_token, last_token;
@@ -212,16 +208,13 @@ void SlotScheduler::admit_locked(Clock::time_point now) {
     s.job = std::move(queue_.front());
     queue_.pop_front();
     const RequestParams& p = s.job->params;
-    s.seq.reset();
+    s.gen.reset();  // made by the slot's first step, where a bad request fails as a request
     s.text = s.job->want_text ? std::make_unique<TextStream>(*codec_, p.stop) : nullptr;
     s.control = s.job->chat && s.text && output_vocab_
                     ? std::make_unique<DecodeControl>(*output_vocab_, s.job->rules, s.job->tools,
                                                       s.job->starts_in_reasoning, reasoning_close_)
                     : nullptr;
-    s.rng = Rng(p.sampling.seed);
-    s.prefilled = 0;
     s.generated = 0;
-    s.steps = 0;
     s.counts.clear();
     s.in_prompt.clear();
     if (p.repetition_penalty != 1.0f) {
@@ -238,73 +231,39 @@ void SlotScheduler::admit_locked(Clock::time_point now) {
 void SlotScheduler::publish(const Slot& s) {
   std::lock_guard lk(mu_);
   SlotInfo& i = info_[size_t(s.id)];
-  i.state = s.prefilled < s.job->prompt.size() ? "prefill" : "decode";
-  i.n_past = s.seq ? s.seq->pos : 0;
+  i.state = !s.gen || s.gen->prefilling() ? "prefill" : "decode";
+  i.n_past = s.gen ? s.gen->position() : 0;
 }
 
 void SlotScheduler::step(Slot& s) {
   Job& j = *s.job;
   if (j.cancelled() != Job::Cancel::none) {
-    finish(s, "abort", j.cancelled() == Job::Cancel::server
-                           ? std::optional<RequestError>(shutting_down())
-                           : std::nullopt);
+    finish(s, "abort", j.cancelled() == Job::Cancel::server ? std::optional<RequestError>(shutting_down())
+                                                             : std::nullopt);
     return;
   }
+  // The request's rules at every position, plain or drafted: the reasoning budget's close goes in
+  // at its real positions one token a step, then penalties, bias, min_tokens and grammar masks.
   const char* reason = nullptr;
+  bool forced = false;
+  StepHooks hooks;
+  hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
+  hooks.process = [&](float* row) { process(s, row); };
+  hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
   try {
-    if (s.drafted) {
-      step_drafted(s);
-      return;
-    }
-    if (s.prefilled < j.prompt.size()) {
-      if (!s.seq) s.seq = model_.new_sequence(options_.context);
-      size_t n = std::min(size_t(options_.prefill_chunk), j.prompt.size() - s.prefilled);
-      std::vector<int32_t> part(j.prompt.begin() + long(s.prefilled), j.prompt.begin() + long(s.prefilled + n));
-      model_.forward(*s.seq, part, ForwardMode::Prefill, s.logits, false);
-      model_.commit(*s.seq, int(n));
-      s.prefilled += n;
-      if (s.prefilled < j.prompt.size()) {
-        publish(s);
-        return;
-      }
-    } else {
-      model_.forward(*s.seq, {s.last}, ForwardMode::Verify, s.logits, false);
-      model_.commit(*s.seq, 1);
-    }
-    ++s.steps;
-    // The reasoning budget's close sequence goes in at its real positions, one token a step.
-    int32_t tok = 0;
-    const bool forced = s.control && s.control->forced(tok);
-    if (!forced) {
-      process(s, s.logits.data());
-      tok = model_.backend().sample(s.logits.data(), model_.desc().vocab, j.params.sampling, s.rng);
-    }
-    reason = on_token(s, tok, forced);
-    // After the prefill's token, a drafting slot decodes the rest of the request drafted.
-    if (!reason && s.drafting && !s.drafted)
-      s.drafted = std::make_unique<DraftedRequest>(*s.drafting, *s.seq, j.prompt, tok, j.params.sampling, s.rng);
+    if (!s.gen)
+      s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
+                                           j.params.sampling);
+    s.gen->step(j.max_tokens - s.generated, hooks);
   } catch (const std::exception& e) {
     spdlog::error("request {}: {}", j.request_id, e.what());
     finish(s, "error", RequestError{RequestError::Kind::internal, "internal_error", "",
                                     std::string("generation failed: ") + e.what()});
     return;
   }
+  // The job ends only after the pass: the Sequence must outlive the commit that closes it.
   if (reason) finish(s, reason);
-}
-
-// One verify pass of a drafted request. The job ends (finish) only after the pass: the Sequence
-// must outlive the commit that closes it.
-void SlotScheduler::step_drafted(Slot& s) {
-  Job& j = *s.job;
-  const char* reason = nullptr;
-  bool forced = false;
-  DraftHooks hooks;
-  hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
-  hooks.process = [&](float* row) { process(s, row); };
-  hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
-  ++s.steps;
-  s.drafted->step(j.max_tokens - s.generated, hooks);
-  if (reason) finish(s, reason);
+  else if (s.gen->prefilling()) publish(s);
 }
 
 void SlotScheduler::process(Slot& s, float* l) {
@@ -336,7 +295,6 @@ const char* SlotScheduler::on_token(Slot& s, int32_t tok, bool forced) {
   s.last_token = now;
   ++s.generated;
   ++s.counts[tok];
-  s.last = tok;
   bool at_eos = !j.params.ignore_eos && std::find(end_ids_.begin(), end_ids_.end(), tok) != end_ids_.end();
   // EOS is a generated token (usage counts it, `tokens` lists it, as tandem::generate does) but no text.
   std::string text = s.text && !at_eos ? s.text->push(tok) : std::string();
@@ -354,30 +312,32 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
   JobOutput o;
   o.finish_reason = reason;
   if (s.text && !error && reason != "abort" && !s.text->stopped()) o.text = s.text->flush();
-  o.usage = {int64_t(s.prefilled), int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0};
-  o.timings.prompt_n = int64_t(s.prefilled);
+  const int64_t prefilled = s.gen ? int64_t(s.gen->prefilled()) : 0;
+  o.usage = {prefilled, int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0};
+  o.timings.prompt_n = prefilled;
   o.timings.predicted_n = s.generated;
-  o.timings.steps = s.steps;
+  o.timings.steps = s.gen ? s.gen->steps() : 0;
   Clock::time_point prefill_end = s.generated ? s.first_token : now;
   o.timings.prompt_ms = seconds(s.started, prefill_end) * 1000.0;
   o.timings.predicted_ms = s.generated ? seconds(s.first_token, s.last_token) * 1000.0 : 0.0;
   o.error = std::move(error);
 
-  events_.tokens(int64_t(s.prefilled), s.generated);
+  events_.tokens(prefilled, s.generated);
   events_.finished(reason);
   if (reason != "abort" && reason != "error")
     events_.request_latencies(seconds(j.arrived_, now), seconds(j.arrived_, s.started), seconds(s.started, prefill_end),
                                o.timings.predicted_ms / 1000.0);
 
-  if (s.drafted) {
-    o.timings.draft_tokens = s.drafted->metrics().drafted_tokens;
-    o.timings.accepted_tokens = s.drafted->metrics().accepted_tokens;
-    events_.drafted(s.drafted->metrics());
-    s.drafted.reset();  // before its Sequence; its numbers join the slot's Drafting totals
-    events_.set_verify_costs(s.drafting->staircut().costs().table());
+  if (const DraftMetrics* dm = s.gen ? s.gen->draft_metrics() : nullptr) {
+    o.timings.draft_tokens = dm->drafted_tokens;
+    o.timings.accepted_tokens = dm->accepted_tokens;
+    events_.drafted(*dm);
   }
+  // A fresh Sequence per request: no prefix reuse yet, and the memory goes back now. A drafted
+  // request's numbers join the slot's Drafting totals.
+  s.gen.reset();
+  if (s.drafting) events_.set_verify_costs(s.drafting->staircut().costs().table());
   std::shared_ptr<Job> job = std::move(s.job);
-  s.seq.reset();  // a fresh Sequence per request: no prefix reuse yet, and the memory goes back now
   s.text.reset();
   s.control.reset();
   {

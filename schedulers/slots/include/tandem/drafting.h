@@ -64,7 +64,7 @@ class TANDEM_API Drafting {
   Drafting(Model& model, std::vector<NamedFactory> factories, const DraftOptions& options);
   ~Drafting();
 
-  // Same contract as tandem::generate (engine.h): greedy output is identical to plain decoding token
+  // Same contract as tandem::generate (generate.h): greedy output is identical to plain decoding token
   // for token; sampled output has the plain distribution (for deterministic drafters, with the same
   // seed, the same tokens). `metrics` (optional) receives this request's numbers.
   GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
@@ -80,23 +80,9 @@ class TANDEM_API Drafting {
   std::unique_ptr<Impl> impl_;
 };
 
-// What a caller adds at each position of a drafted request so that it decodes exactly as its own
-// plain loop would (tandem serve: logit bias, penalties, min_tokens, grammar masks, forced tokens).
-// The hooks see the positions in order, each after the previous token was emitted, so whatever
-// they keep per token (penalty counts, a grammar matcher) is current for every verified row: a
-// draft is accepted only if it is the token the caller's plain rule picks from that row.
-struct DraftHooks {
-  // Optional: a token forced at this position (a reasoning budget's close); the row is not read.
-  std::function<bool(int32_t& token)> forced;
-  // Optional: edits this position's logits in place before a token is drawn from them.
-  std::function<void(float* row)> process;
-  // Required: each committed token, in order; false ends the request at this token.
-  std::function<bool(int32_t token)> emit;
-};
-
-// One drafted request driven step by step, for callers that interleave requests or pick tokens
-// under their own rules. The caller prefills the prompt into `seq`, commits it and picks the first
-// token itself; each step() then verifies one chain (or takes a plain step) and emits 1..k+1 tokens.
+// The drafted steps of one request, for tandem::Generation (generation.h), which prefills the
+// prompt into `seq`, commits it and picks the first token; each step() then verifies one chain (or
+// takes a plain step) and emits 1..k+1 tokens.
 // Owner: borrows the Drafting, the Sequence and the Rng (all must outlive it); on destruction its
 // metrics join the Drafting's totals. A Drafting serves one request at a time (StairCut keeps
 // per-request state). Thread: the thread that drives the Model. Sync: each step waits for its logits.
@@ -110,7 +96,7 @@ class TANDEM_API DraftedRequest {
   DraftedRequest& operator=(const DraftedRequest&) = delete;
 
   // One verify pass emitting at most `max_tokens` (≥ 1) tokens. Returns false once hooks.emit did.
-  bool step(int max_tokens, const DraftHooks& hooks);
+  bool step(int max_tokens, const StepHooks& hooks);
   // This request's numbers so far (generated_tokens counts `first`).
   const DraftMetrics& metrics() const;
 

@@ -168,7 +168,6 @@ class SlotScheduler {
   void run();
   void admit_locked(Clock::time_point now);
   void step(Slot& s);
-  void step_drafted(Slot& s);
   void process(Slot& s, float* logits);
   const char* on_token(Slot& s, int32_t token, bool forced);  // the finish reason, or null to go on
   void finish(Slot& s, const std::string& reason, std::optional<RequestError> error = std::nullopt);

@@ -1,0 +1,65 @@
+// One request's generation, driven a step at a time: the prompt in prefill chunks, then one plain
+// or drafted step after another, each emitting tokens through the caller's hooks. This is the one
+// decoding loop: tandem::generate and Drafting::generate run it to the end, `tandem serve`'s slots
+// (SlotScheduler) step it between requests, and `tandem bench` measures it.
+// Owner: borrows the Model and the Drafting (null = plain decoding), which must outlive it; owns the
+// Sequence, the sampler's Rng and the drafted state. Thread: the thread that drives the Model.
+// Sync: each step waits for its logits (Model::forward).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tandem/drafting.h"
+#include "tandem/generate.h"
+
+namespace tandem {
+
+class TANDEM_API Generation {
+ public:
+  // The Sequence holds `context` tokens; prefill passes take `prefill_chunk` tokens (0 = the whole
+  // prompt in one pass). A Drafting serves one Generation at a time (StairCut keeps per-request state).
+  Generation(Model& model, Drafting* drafting, std::vector<int32_t> prompt, int64_t context, int prefill_chunk,
+             const SamplingParams& sampling);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // One forward pass: a prefill chunk (the last one also picks the first token, unless max_tokens
+  // is 0), or a decode/verify pass emitting 1 … max_tokens tokens. Tokens are picked by the hooks'
+  // rules (forced, process, then a draw) and handed to hooks.emit in order. Returns false once the
+  // request ended: hooks.emit returned false, or the prefill finished with max_tokens = 0.
+  bool step(int max_tokens, const StepHooks& hooks);
+
+  bool prefilling() const { return prefilled_ < prompt_.size(); }
+  size_t prefilled() const { return prefilled_; }
+  // Passes that emitted tokens (the last prefill chunk and every decode or verify pass).
+  int64_t steps() const { return steps_; }
+  // Tokens committed to the sequence so far (0 before the first pass).
+  int64_t position() const { return seq_ ? seq_->pos : 0; }
+  // This request's drafting numbers; null when plain, or before the first token.
+  const DraftMetrics* draft_metrics() const;
+
+ private:
+  Model& model_;
+  Drafting* drafting_;
+  std::vector<int32_t> prompt_;
+  int64_t context_;
+  size_t chunk_;
+  SamplingParams sampling_;
+  Rng rng_;
+  std::unique_ptr<Sequence> seq_;
+  std::unique_ptr<DraftedRequest> drafted_;  // after the first token; destroyed before seq_
+  std::vector<float> logits_;
+  size_t prefilled_ = 0;
+  int64_t steps_ = 0;
+  int32_t last_ = 0;
+  bool ended_ = false;
+};
+
+// Runs a Generation to the end with generate()'s stopping rules (EOS, max_tokens, on_token).
+GenerateResult run_generation(Model& model, Drafting* drafting, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options, const std::function<bool(int32_t)>& on_token,
+                              DraftMetrics* metrics);
+
+}  // namespace tandem
