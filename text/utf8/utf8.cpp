@@ -22,36 +22,42 @@ size_t repair(std::string_view bytes, bool hold_cut, std::string& out) {
 
 }  // namespace
 
+int utf8_step(uint8_t state, uint8_t c) {
+  const bool cont = c >= 0x80 && c <= 0xBF;
+  switch (state) {
+    case 0:
+      if (c < 0x80) return 0;
+      if (c >= 0xC2 && c <= 0xDF) return 1;
+      if (c == 0xE0) return 3;
+      if (c == 0xED) return 4;
+      if (c >= 0xE1 && c <= 0xEF) return 2;
+      if (c == 0xF0) return 6;
+      if (c >= 0xF1 && c <= 0xF3) return 5;
+      if (c == 0xF4) return 7;
+      return -1;
+    case 1: return cont ? 0 : -1;                            // 1 more
+    case 2: return cont ? 1 : -1;                            // 2 more
+    case 3: return (c >= 0xA0 && c <= 0xBF) ? 1 : -1;        // after E0: no overlong
+    case 4: return (c >= 0x80 && c <= 0x9F) ? 1 : -1;        // after ED: no surrogates
+    case 5: return cont ? 2 : -1;                            // 3 more
+    case 6: return (c >= 0x90 && c <= 0xBF) ? 2 : -1;        // after F0: no overlong
+    case 7: return (c >= 0x80 && c <= 0x8F) ? 2 : -1;        // after F4: ≤ U+10FFFF
+  }
+  return -1;
+}
+
 Utf8Seq utf8_sequence(std::string_view s, size_t i, size_t& len) {
-  const unsigned char c = s[i];
-  len = 1;
-  if (c < 0x80) return Utf8Seq::whole;
-  int need;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-  } else if (c == 0xE0) {
-    need = 2, lo = 0xA0;  // no overlong three-byte forms
-  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-    need = 2;
-  } else if (c == 0xED) {
-    need = 2, hi = 0x9F;  // no surrogates
-  } else if (c == 0xF0) {
-    need = 3, lo = 0x90;  // no overlong four-byte forms
-  } else if (c >= 0xF1 && c <= 0xF3) {
-    need = 3;
-  } else if (c == 0xF4) {
-    need = 3, hi = 0x8F;  // nothing above U+10FFFF
-  } else {
-    return Utf8Seq::bad;  // a continuation byte, C0, C1 (overlong two-byte forms) or F5..FF
+  int state = 0;
+  for (len = 0; i + len < s.size();) {
+    state = utf8_step(uint8_t(state), uint8_t(s[i + len]));
+    if (state < 0) {
+      len = len ? len : 1;  // the bytes before the one that cannot follow: the maximal subpart
+      return Utf8Seq::bad;
+    }
+    ++len;
+    if (state == 0) return Utf8Seq::whole;
   }
-  for (int j = 0; j < need; ++j, ++len) {
-    if (i + len >= s.size()) return Utf8Seq::cut;
-    const unsigned char d = s[i + len];
-    if (d < lo || d > hi) return Utf8Seq::bad;
-    lo = 0x80, hi = 0xBF;
-  }
-  return Utf8Seq::whole;
+  return Utf8Seq::cut;
 }
 
 std::string utf8_lossy(std::string_view bytes) {

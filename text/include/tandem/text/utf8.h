@@ -5,6 +5,7 @@
 // thread at a time. Sync: none.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -12,7 +13,13 @@
 
 namespace tandem {
 
-// What starts at s[i] (Unicode Table 3-7): a whole character, the maximal subpart of an ill-formed
+// Unicode Table 3-7 (no overlongs, surrogates or code points past U+10FFFF) as a byte automaton:
+// the state after byte c, -1 if c cannot come next. State 0 is between characters (ASCII, controls
+// included, stays 0); 1..7 are inside a multi-byte character. The JSON constraint steps it byte by
+// byte; everything below is built on it.
+TANDEM_API int utf8_step(uint8_t state, uint8_t c);
+
+// What starts at s[i] (i < s.size()): a whole character, the maximal subpart of an ill-formed
 // one, or a well-formed start that the end of `s` cuts off. `len` is its length in bytes.
 enum class Utf8Seq { whole, bad, cut };
 TANDEM_API Utf8Seq utf8_sequence(std::string_view s, size_t i, size_t& len);
