@@ -1,6 +1,7 @@
 // Chat request → template variables → prompt text.
 #include "tandem/text/chat_prompt.h"
 
+#include <ctime>
 #include <optional>
 
 #include <rapidjson/stringbuffer.h>
@@ -129,6 +130,7 @@ ChatPrompt render_chat_prompt(const ChatTemplate& chat_template, const rj::Value
   vars.Accept(w);
   ChatRenderOptions o;
   o.default_strings = defaults;
+  o.now_unix = static_cast<int64_t>(std::time(nullptr));  // one clock for both renders below
   const std::string_view json(b.GetString(), b.GetSize());
   std::string unmarked;
   try {

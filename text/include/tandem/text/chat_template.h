@@ -16,8 +16,8 @@
 
 namespace tandem {
 
-// Bytes that valid UTF-8 never holds, so no request text and no template can: they bracket the
-// user-controlled text that ChatRenderOptions::content_marks asks for.
+// Bytes that valid UTF-8 never holds, so no request text can (its JSON is validated) and no sane
+// template does: they bracket the user-controlled text that ChatRenderOptions::content_marks asks for.
 inline constexpr char kUserTextOpen = '\xFF', kUserTextClose = '\xFE';
 
 struct ChatRenderOptions {

@@ -57,7 +57,8 @@ class TextCodec {
   }
 
   // The prompt of a chat request (its `messages`, `tools`, `chat_template_kwargs`, …), its user and
-  // tool text marked plain unless the profile sets server.special_tokens_in_user_content. Throws RequestError (tandem/request.h) for messages the template cannot render.
+  // tool text marked plain unless the profile sets server.special_tokens_in_user_content.
+  // Throws RequestError (tandem/request.h) for messages the template cannot render.
   virtual ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const = 0;
 };
 
