@@ -56,7 +56,7 @@ std::vector<int32_t> ask_tokens(const TextCodec& codec, const Ask& ask) {
   rj::Value kwargs(rj::kObjectType);
   kwargs.AddMember("enable_thinking", false, al);
   d.AddMember("chat_template_kwargs", kwargs, al);
-  return codec.encode(codec.render_chat(d, true).text, false, true);
+  return codec.encode_prompt(codec.render_chat(d, true));
 }
 
 // Decode tok/s as spec/speculation.md §6.3: (completion tokens − 1) / (last token − first token);

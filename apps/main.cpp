@@ -10,6 +10,7 @@
 #include "cmd_synth.h"
 #include "serve_command.h"
 #include "tandem/text/text_codec.h"
+#include "tandem/text/text_stream.h"
 #include "tandem/generate.h"
 #include "tandem/error.h"
 #include "tandem/npy.h"
@@ -135,9 +136,13 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fputs(dm.summary().c_str(), stderr);
   }
   if (codec && !a.flag("print-ids")) {
+    // The server's TextStream (no stop strings), so both print the same text for the same tokens;
+    // control tokens (EOS) have none.
+    TextStream stream(*codec, {});
     std::string text;
-    for (int32_t t : r.tokens) text += codec->token_bytes(t);  // control tokens (EOS) have no text
-    std::printf("%s\n", utf8_lossy(text).c_str());
+    for (int32_t t : r.tokens) text += stream.push(t);
+    text += stream.flush();
+    std::printf("%s\n", text.c_str());
   } else {
     // With --tokens the ids are the output; --print-ids keeps them on one line.
     for (size_t i = 0; i < r.tokens.size(); ++i) std::printf(i ? " %d" : "%d", r.tokens[i]);

@@ -31,10 +31,10 @@ std::vector<int32_t> build_prompt(const ServerState& s, const rapidjson::Documen
   if (g.chat) {
     if (auto m = codec.missing_chat_template(); !m.empty()) throw not_implemented(m);
     if (auto m = codec.missing_tokenizer(); !m.empty()) throw not_implemented(m);
-    // The template writes the special tokens itself; the rendered text is parsed with them.
+    // The template's own special tokens are parsed; user and tool text stays text.
     ChatPrompt p = codec.render_chat(doc, true);
     starts_in_reasoning = p.starts_in_reasoning;
-    return codec.encode(p.text, false, true);
+    return codec.encode_prompt(p);
   }
   if (g.prompt_text) {
     if (auto m = codec.missing_tokenizer(); !m.empty())

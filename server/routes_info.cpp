@@ -108,7 +108,7 @@ Reply route_tokenize(ServerState& s, const std::string& body) {
     // Same path as a chat request, so `count` equals the chat's usage.prompt_tokens.
     if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
     apply_chat_defaults(s, d);
-    ids = tokenizer(s).encode(s.loaded.codec->render_chat(d, flag(d, "add_generation_prompt", true)).text, false, true);
+    ids = tokenizer(s).encode_prompt(s.loaded.codec->render_chat(d, flag(d, "add_generation_prompt", true)));
   } else {
     const char* field = d.HasMember("content") ? "content" : "prompt";
     auto it = d.FindMember(field);
@@ -158,7 +158,7 @@ Reply route_detokenize(ServerState& s, const std::string& body) {
   const TextCodec& codec = tokenizer(s);
   std::string bytes;
   for (int32_t id : ids) bytes += codec.token_bytes(id);
-  std::string out = valid_utf8(bytes);
+  std::string out = utf8_lossy(bytes);
   rj::StringBuffer b;
   JsonWriter w(b);
   w.StartObject();
@@ -174,7 +174,7 @@ Reply route_apply_template(ServerState& s, const std::string& body) {
     throw bad_request("missing_field", "messages", "'messages' is required");
   if (auto m = s.loaded.codec->missing_chat_template(); !m.empty()) throw not_implemented(m);
   apply_chat_defaults(s, d);
-  std::string prompt = s.loaded.codec->render_chat(d, true).text;
+  std::string prompt = s.loaded.codec->render_chat(d, true).text();
   rj::StringBuffer b;
   JsonWriter w(b);
   w.StartObject();

@@ -109,7 +109,8 @@ class Node {
 void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.only({"host", "port", "api_key", "api_key_file", "metrics_key", "served_model_name", "aliases", "slots",
           "max_queue", "queue_timeout", "max_body_bytes", "default_max_tokens", "prefill_chunk", "drain_timeout",
-          "sse_ping_interval", "strict_fields", "reasoning_budget", "reasoning_budget_message", "reasoning_effort"});
+          "sse_ping_interval", "strict_fields", "reasoning_budget", "reasoning_budget_message", "reasoning_effort",
+          "special_tokens_in_user_content"});
   n.get("host", s.host, "an IP address");
   n.get("port", s.port, "an integer");
   n.strings("api_key", s.api_keys);
@@ -129,6 +130,7 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.get("reasoning_budget", s.reasoning_budget, "an integer (-1 = unlimited)");
   n.get("reasoning_budget_message", s.reasoning_budget_message, "a string");
   n.get("reasoning_effort", s.reasoning_effort, "a string");
+  n.get("special_tokens_in_user_content", s.special_tokens_in_user_content, "true or false");
   auto at_least = [&](const char* k, auto v, long long lo) {
     if (v) check(*v >= lo, source, ": key 'server.", k, "' must be at least ", lo, ", found ", *v);
   };

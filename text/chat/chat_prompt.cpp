@@ -1,6 +1,7 @@
 // Chat request → template variables → prompt text.
 #include "tandem/text/chat_prompt.h"
 
+#include <ctime>
 #include <optional>
 
 #include <rapidjson/stringbuffer.h>
@@ -37,6 +38,52 @@ void set(rj::Document& d, const char* name, rj::Value v) {
   else d.AddMember(rj::Value(name, a), std::move(v), a);
 }
 
+// The output of a marked render as segments, or nullopt when its marks do not pair up or, taken
+// out, do not give back the unmarked output (the template treated the marked text differently).
+std::optional<std::vector<TextSegment>> split_marked(const std::string& marked, const std::string& unmarked) {
+  std::vector<TextSegment> out;
+  std::string cur, joined;
+  bool in_user = false;
+  for (char c : marked) {
+    if (c != kUserTextOpen && c != kUserTextClose) {
+      cur += c;
+      continue;
+    }
+    if ((c == kUserTextOpen) == in_user) return std::nullopt;
+    joined += cur;
+    if (!cur.empty()) out.push_back({std::move(cur), in_user});
+    cur.clear();
+    in_user = !in_user;
+  }
+  if (in_user) return std::nullopt;
+  joined += cur;
+  if (!cur.empty()) out.push_back({std::move(cur), false});
+  if (joined != unmarked) return std::nullopt;
+  return out;
+}
+
+// Where user text holds an added-token string, for the error when it cannot be kept as text.
+std::string first_added_text(const rj::Value* messages, const std::vector<std::string>& added) {
+  if (!messages || !messages->IsArray()) return "";
+  for (rj::SizeType i = 0; i < messages->Size(); ++i) {
+    const rj::Value& m = (*messages)[i];
+    const rj::Value* role = member(m, "role");
+    const rj::Value* content = member(m, "content");
+    if (!role || !role->IsString() || !content) continue;
+    if (std::string r = role->GetString(); r != "user" && r != "tool") continue;
+    std::vector<std::string> texts;
+    if (content->IsString()) texts.emplace_back(content->GetString(), content->GetStringLength());
+    else if (content->IsArray())
+      for (const auto& part : content->GetArray())
+        if (const rj::Value* t = member(part, "text"); t && t->IsString()) texts.emplace_back(t->GetString(), t->GetStringLength());
+    for (const std::string& text : texts)
+      for (const std::string& a : added)
+        if (!a.empty() && text.find(a) != std::string::npos)
+          return "messages[" + std::to_string(i) + "].content holds '" + a + "'";
+  }
+  return "";
+}
+
 bool ends_with(const std::string& s, const char* tail) {
   std::string t(tail);
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
@@ -45,7 +92,8 @@ bool ends_with(const std::string& s, const char* tail) {
 }  // namespace
 
 ChatPrompt render_chat_prompt(const ChatTemplate& chat_template, const rj::Value& request, bool add_generation_prompt,
-                              const std::vector<std::pair<std::string, std::string>>& defaults) {
+                              const std::vector<std::pair<std::string, std::string>>& defaults,
+                              const UserTextRule& rule) {
   rj::Document vars(rj::kObjectType);
   auto& a = vars.GetAllocator();
   const rj::Value* messages = member(request, "messages");
@@ -82,14 +130,49 @@ ChatPrompt render_chat_prompt(const ChatTemplate& chat_template, const rj::Value
   vars.Accept(w);
   ChatRenderOptions o;
   o.default_strings = defaults;
-  ChatPrompt p;
+  o.now_unix = static_cast<int64_t>(std::time(nullptr));  // one clock for both renders below
+  const std::string_view json(b.GetString(), b.GetSize());
+  std::string unmarked;
   try {
-    p.text = chat_template.render(std::string_view(b.GetString(), b.GetSize()), o);
+    unmarked = chat_template.render(json, o);
   } catch (const Error& e) {
     throw invalid_request("invalid_value", "messages", std::string("the chat template cannot render this request: ") + e.what());
   }
-  p.starts_in_reasoning = ends_with(p.text, "<think>\n") || ends_with(p.text, "<think>");
-  return p;
+  ChatPrompt p;
+  p.starts_in_reasoning = ends_with(unmarked, "<think>\n") || ends_with(unmarked, "<think>");
+  if (rule.user_special_tokens) {
+    p.segments.push_back({std::move(unmarked), false});
+    return p;
+  }
+  // Render again with user text bracketed, to find it in the output; a template that trims or
+  // compares content makes the whole-content brackets change the output, and then only the
+  // added-token strings in it are bracketed.
+  for (auto marks : {ChatRenderOptions::Marks::whole, ChatRenderOptions::Marks::occurrences}) {
+    o.content_marks = marks;
+    o.marked_texts = marks == ChatRenderOptions::Marks::occurrences ? rule.added_texts : std::vector<std::string>{};
+    std::optional<std::vector<TextSegment>> segments;
+    try {
+      segments = split_marked(chat_template.render(json, o), unmarked);
+    } catch (const Error&) {
+      // The brackets made the template fail where the plain text did not: as a changed output.
+    }
+    if (segments) {
+      p.segments = std::move(*segments);
+      return p;
+    }
+  }
+  std::string where = first_added_text(messages, rule.added_texts);
+  throw invalid_request("invalid_value", "messages",
+                        (where.empty() ? std::string("user content holds added-token text") : where) +
+                            ", and the chat template rewrites user content so that this text cannot be told from "
+                            "its own control tokens; remove it, or set 'server.special_tokens_in_user_content: true' "
+                            "in the profile to let user text carry control tokens");
+}
+
+std::string ChatPrompt::text() const {
+  std::string out;
+  for (const TextSegment& s : segments) out += s.text;
+  return out;
 }
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -78,6 +79,11 @@ class MessageConverter {
   Value message(const rapidjson::Value& m, size_t i) {
     if (!m.IsObject()) return convert(m);
     jinja::Object o;
+    const auto role = m.FindMember("role");
+    const bool user_text = opt_.content_marks != ChatRenderOptions::Marks::none && role != m.MemberEnd() &&
+                           role->value.IsString() &&
+                           (std::string_view(role->value.GetString()) == "user" ||
+                            std::string_view(role->value.GetString()) == "tool");
     for (const auto& member : m.GetObject()) {
       const std::string key(member.name.GetString(), member.name.GetStringLength());
       const rapidjson::Value& v = member.value;
@@ -87,7 +93,11 @@ class MessageConverter {
           if (k) joined += '\n';
           joined.append(v[k]["text"].GetString(), v[k]["text"].GetStringLength());
         }
-        o.set(key, Value::string(std::move(joined)));
+        o.set(key, Value::string(user_text ? mark(joined) : std::move(joined)));
+      } else if (key == "content" && user_text && v.IsString()) {
+        o.set(key, Value::string(mark(std::string(v.GetString(), v.GetStringLength()))));
+      } else if (key == "content" && user_text && v.IsArray()) {
+        o.set(key, marked_parts(v));
       } else if (key == "tool_calls" && opt_.parse_tool_arguments && v.IsArray()) {
         jinja::Array calls;
         for (rapidjson::SizeType j = 0; j < v.Size(); ++j) calls.push_back(tool_call(v[j], i, j));
@@ -97,6 +107,43 @@ class MessageConverter {
       }
     }
     return Value::object(std::move(o));
+  }
+
+  std::string mark(const std::string& text) const {
+    if (opt_.content_marks == ChatRenderOptions::Marks::whole)
+      return text.empty() ? text : kUserTextOpen + text + kUserTextClose;
+    // Every byte covered by some occurrence of a marked text, then each covered run bracketed.
+    std::vector<bool> covered(text.size());
+    for (const std::string& t : opt_.marked_texts)
+      for (size_t at = t.empty() ? std::string::npos : text.find(t); at != std::string::npos; at = text.find(t, at + 1))
+        std::fill(covered.begin() + at, covered.begin() + at + t.size(), true);
+    std::string out;
+    for (size_t k = 0; k < text.size(); ++k) {
+      if (covered[k] && (k == 0 || !covered[k - 1])) out += kUserTextOpen;
+      out += text[k];
+      if (covered[k] && (k + 1 == text.size() || !covered[k + 1])) out += kUserTextClose;
+    }
+    return out;
+  }
+
+  // Content given as parts: each part's `text` marked, everything else as sent.
+  Value marked_parts(const rapidjson::Value& parts) const {
+    jinja::Array out;
+    for (const auto& p : parts.GetArray()) {
+      if (!p.IsObject()) {
+        out.push_back(convert(p));
+        continue;
+      }
+      jinja::Object o;
+      for (const auto& member : p.GetObject()) {
+        std::string key(member.name.GetString(), member.name.GetStringLength());
+        if (key == "text" && member.value.IsString())
+          o.set(key, Value::string(mark(std::string(member.value.GetString(), member.value.GetStringLength()))));
+        else o.set(key, convert(member.value));
+      }
+      out.push_back(Value::object(std::move(o)));
+    }
+    return Value::array(std::move(out));
   }
 
   static bool text_parts(const rapidjson::Value& v) {

@@ -45,8 +45,10 @@ struct Template {
 
 class TokenizerCodec final : public TextCodec {
  public:
-  TokenizerCodec(Tokenizer t, std::optional<Template> tmpl, std::string no_template)
+  TokenizerCodec(Tokenizer t, std::optional<Template> tmpl, std::string no_template, bool user_special_tokens)
       : tok_(std::move(t)), no_template_(std::move(no_template)) {
+    user_text_.user_special_tokens = user_special_tokens;
+    if (!user_special_tokens) user_text_.added_texts = tok_.added_texts();
     if (tmpl) {
       tmpl_.emplace(tmpl->source, tmpl->name);
       close_ = reasoning_close_text(tmpl->source);
@@ -60,6 +62,7 @@ class TokenizerCodec final : public TextCodec {
   std::vector<int32_t> encode(const std::string& text, bool add_special, bool parse_special) const override {
     return tok_.encode(text, parse_special, add_special);
   }
+  std::vector<int32_t> encode_prompt(const ChatPrompt& prompt) const override { return tok_.encode(prompt.segments); }
   std::string token_bytes(int32_t id) const override {
     if (!tok_.is_special(id) || parser_tag(tok_.token_text(id))) return tok_.token_bytes(id);
     return std::string();
@@ -69,7 +72,7 @@ class TokenizerCodec final : public TextCodec {
   bool template_reads(const std::string& v) const override { return tmpl_ && tmpl_->reads_variable(v); }
   ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const override {
     if (!tmpl_) throw not_available(no_template_);
-    return render_chat_prompt(*tmpl_, request, add_generation_prompt, defaults_);
+    return render_chat_prompt(*tmpl_, request, add_generation_prompt, defaults_, user_text_);
   }
 
  private:
@@ -78,6 +81,7 @@ class TokenizerCodec final : public TextCodec {
   std::string no_template_;
   std::string close_ = "\n</think>\n";
   std::vector<std::pair<std::string, std::string>> defaults_;
+  UserTextRule user_text_;
 };
 
 std::string read_file(const std::string& path, const char* what) {
@@ -115,7 +119,8 @@ std::shared_ptr<TextCodec> make_text_codec(const Profile& profile, const Checkpo
   return std::make_shared<TokenizerCodec>(
       std::move(tok), std::move(tmpl),
       "chat template (" + ckpt.path() + " has no chat_template.jinja or tokenizer_config.json chat_template; " +
-          "set 'chat_template:' in the profile)");
+          "set 'chat_template:' in the profile)",
+      profile.server.special_tokens_in_user_content.value_or(false));
 }
 
 }  // namespace tandem

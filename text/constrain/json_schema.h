@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/text/json_constraint.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem::json {
 
@@ -76,7 +77,7 @@ enum StrSub : uint8_t {
   kNoFree = 0xFF,
 };
 
-// utf8_step (tandem/text/json_constraint.h) gives the sub-state after a byte inside a string's UTF-8
+// utf8_step (tandem/text/utf8.h) gives the sub-state after a byte inside a string's UTF-8
 // stream; from kUtf8None, ASCII stays kUtf8None (the caller rejects '"', '\' and controls).
 
 // Deep enough for any schema we compile (checked) and the default free-form depth.

@@ -331,30 +331,6 @@ Result step_array(const Node& n, MatchState& s, Frame& f, uint8_t c) {
 
 }  // namespace
 
-int utf8_step(uint8_t state, uint8_t c) {
-  const bool cont = c >= 0x80 && c <= 0xBF;
-  switch (state) {
-    case 0:
-      if (c < 0x80) return 0;
-      if (c >= 0xC2 && c <= 0xDF) return 1;
-      if (c == 0xE0) return 3;
-      if (c == 0xED) return 4;
-      if (c >= 0xE1 && c <= 0xEF) return 2;
-      if (c == 0xF0) return 6;
-      if (c >= 0xF1 && c <= 0xF3) return 5;
-      if (c == 0xF4) return 7;
-      return -1;
-    case 1: return cont ? 0 : -1;                            // 1 more
-    case 2: return cont ? 1 : -1;                            // 2 more
-    case 3: return (c >= 0xA0 && c <= 0xBF) ? 1 : -1;        // after E0: no overlong
-    case 4: return (c >= 0x80 && c <= 0x9F) ? 1 : -1;        // after ED: no surrogates
-    case 5: return cont ? 2 : -1;                            // 3 more
-    case 6: return (c >= 0x90 && c <= 0xBF) ? 2 : -1;        // after F0: no overlong
-    case 7: return (c >= 0x80 && c <= 0x8F) ? 2 : -1;        // after F4: ≤ U+10FFFF
-  }
-  return -1;
-}
-
 MatchState initial_state(const Grammar& g) {
   MatchState s;
   push(s, g.root);

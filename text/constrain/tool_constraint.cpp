@@ -5,6 +5,7 @@
 
 #include "tandem/error.h"
 #include "tandem/text/text_codec.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
 
@@ -22,10 +23,10 @@ std::vector<std::string> token_bytes(const TextCodec& codec, int vocab) {
   return out;
 }
 
-// A string value is whole UTF-8 characters (json::utf8_step: 0 between characters) and no controls.
+// A string value is whole UTF-8 characters (utf8_step: 0 between characters) and no controls.
 int utf8_next(int state, uint8_t b) {
   if (state == 0 && (b < 0x20 || b == 0x7F)) return -1;
-  return json::utf8_step(uint8_t(state), b);
+  return utf8_step(uint8_t(state), b);
 }
 
 }  // namespace

@@ -5,34 +5,24 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tandem/text/utf8.h"
+
 namespace tandem::jinja::text {
 
 char32_t decode(std::string_view s, size_t& i) {
+  size_t len = 0;
+  if (utf8_sequence(s, i, len) != Utf8Seq::whole) return kByteEscape | static_cast<unsigned char>(s[i++]);
   const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) {
-    ++i;
-    return b0;
-  }
-  const int n = b0 >= 0xF0 ? (b0 < 0xF5 ? 3 : -1) : b0 >= 0xE0 ? 2 : b0 >= 0xC2 ? 1 : -1;
-  if (n < 0 || i + static_cast<size_t>(n) >= s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  char32_t c = b0 & (0x3F >> n);
-  for (int k = 1; k <= n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) {
-      ++i;
-      return 0xFFFD;
-    }
-    c = (c << 6) | (b & 0x3F);
-  }
-  i += n + 1;
+  char32_t c = len == 1 ? b0 : b0 & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += len;
   return c;
 }
 
 void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
+  if (c >= (kByteEscape | 0x80) && c <= (kByteEscape | 0xFF)) {
+    out += static_cast<char>(c & 0xFF);
+  } else if (c < 0x80) {
     out += static_cast<char>(c);
   } else if (c < 0x800) {
     out += static_cast<char>(0xC0 | (c >> 6));
@@ -424,11 +414,7 @@ void json_quote(std::string& out, std::string_view s, bool ensure_ascii) {
     if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
       hex_escape(out, "\\u", c, 4);
     } else if (c < 0x80 || !ensure_ascii) {
-      if (c == 0xFFFD) {
-        append_utf8(out, c);
-      } else {
-        out.append(s.substr(start, i - start));
-      }
+      out.append(s.substr(start, i - start));
     } else if (c <= 0xFFFF) {
       hex_escape(out, "\\u", c, 4);
     } else {

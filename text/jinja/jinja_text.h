@@ -10,7 +10,12 @@
 
 namespace tandem::jinja::text {
 
-// One code point at s[i], advancing i. A malformed byte decodes as U+FFFD and advances one byte.
+// A byte that is not part of a valid UTF-8 character decodes as kByteEscape | byte (a lone low
+// surrogate, as Python's surrogateescape does), and append_utf8 writes such a code point back as the
+// byte: a string survives strip(), split() and slicing byte for byte. The chat prompt's markers for
+// user text (tandem/text/chat_template.h) are such bytes.
+inline constexpr char32_t kByteEscape = 0xDC00;
+// One code point at s[i], advancing i (one byte for an escaped one).
 char32_t decode(std::string_view s, size_t& i);
 void append_utf8(std::string& out, char32_t c);
 std::u32string to_u32(std::string_view s);

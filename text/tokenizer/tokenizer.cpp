@@ -122,14 +122,40 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special, bool add_special) const {
-  const Impl& t = *impl_;
+  return impl_->encode(text, {}, parse_special, add_special);
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::vector<TextSegment>& segments, bool add_special) const {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> plain;
+  for (const TextSegment& s : segments) {
+    if (s.plain && !s.text.empty()) {
+      if (!plain.empty() && plain.back().second == text.size()) plain.back().second += s.text.size();
+      else plain.emplace_back(text.size(), text.size() + s.text.size());
+    }
+    text += s.text;
+  }
+  return impl_->encode(text, plain, true, add_special);
+}
+
+std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, const std::vector<std::pair<size_t, size_t>>& plain,
+                                             bool parse_special, bool add_special) const {
   std::vector<int32_t> out;
   std::vector<std::string> scratch;
-  if (add_special && t.add_bos) out.push_back(t.bos);
-  size_t seg = 0, pos = 0;
+  if (add_special && add_bos) out.push_back(bos);
+  size_t seg = 0, pos = 0, next_plain = 0;  // plain[next_plain]: the first plain range not yet behind pos
   while (pos < text.size()) {
+    while (next_plain < plain.size() && plain[next_plain].second <= pos) ++next_plain;
+    size_t limit = text.size();  // an added token must end before the next plain byte
+    if (next_plain < plain.size()) {
+      if (plain[next_plain].first <= pos) {
+        pos = plain[next_plain].second;
+        continue;
+      }
+      limit = plain[next_plain].first;
+    }
     const AddedTokens::Entry* e = nullptr;
-    if (t.added.may_start(static_cast<unsigned char>(text[pos]))) e = t.added.match(text, pos, parse_special);
+    if (added.may_start(static_cast<unsigned char>(text[pos]))) e = added.match(text.substr(0, limit), pos, parse_special);
     if (!e) {
       ++pos;
       continue;
@@ -137,15 +163,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     size_t end = pos;
     if (e->lstrip)
       while (end > seg && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
-    t.encode_text(text.substr(seg, end - seg), out, scratch);
+    encode_text(text.substr(seg, end - seg), out, scratch);
     out.push_back(e->id);
     pos += e->content.size();
     if (e->rstrip)
       while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
     seg = pos;
   }
-  t.encode_text(text.substr(seg), out, scratch);
-  if (add_special && t.add_eos) out.push_back(t.eos);
+  encode_text(text.substr(seg), out, scratch);
+  if (add_special && add_eos) out.push_back(eos);
   return out;
 }
 
@@ -196,6 +222,13 @@ bool Tokenizer::is_eog(int32_t id) const {
   for (int32_t e : impl_->eog)
     if (e == id) return true;
   return false;
+}
+
+std::vector<std::string> Tokenizer::added_texts() const {
+  std::vector<std::string> out;
+  for (size_t id = 0; id < impl_->flags.size(); ++id)
+    if (impl_->flags[id] & Impl::kAdded) out.push_back(impl_->text[id]);
+  return out;
 }
 
 const std::vector<int32_t>& Tokenizer::eog_ids() const { return impl_->eog; }

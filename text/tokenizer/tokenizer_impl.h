@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tandem/text/tokenizer.h"
@@ -70,6 +71,9 @@ struct Tokenizer::Impl {
   // Appends the BPE ids of one pre-tokenized piece.
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_text(std::string_view text, std::vector<int32_t>& out, std::vector<std::string>& scratch) const;
+  // Tokenizer::encode; `plain`: sorted, disjoint byte ranges [first, second) in which no added token is read.
+  std::vector<int32_t> encode(std::string_view text, const std::vector<std::pair<size_t, size_t>>& plain,
+                              bool parse_special, bool add_special) const;
 };
 
 // Builds the tables from tokenizer.json (+ tokenizer_config.json) text; errors name the field.

@@ -9,6 +9,7 @@
 #include <pcre2.h>
 
 #include "tandem/error.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
 
@@ -115,10 +116,6 @@ bool get_bool(const rapidjson::Value& node, const char* key, bool def, const std
   return it->value.GetBool();
 }
 
-// A UTF-8 lead byte's sequence length (1 for continuation and invalid bytes: the caller only uses
-// it to step past an empty match).
-size_t utf8_step(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
-
 }  // namespace
 
 // One split of every piece: the regex finds delimiters (or, inverted, the pieces to keep) and the
@@ -161,7 +158,9 @@ struct PreTokenizer::Step {
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       size_t b = ov[0], e = ov[1];
       if (e == b) {  // an empty match splits nothing; step over one character
-        off = b + utf8_step(static_cast<unsigned char>(piece[b]));
+        size_t len = 0;
+        utf8_sequence(piece, b, len);  // a character, or the ill-formed bytes PCRE2 skips as one
+        off = b + len;
         continue;
       }
       if (b > prev) segs.push_back({prev, b, false});

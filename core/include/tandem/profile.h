@@ -30,6 +30,9 @@ struct ServerProfile {
   std::optional<int64_t> reasoning_budget;           // -1 = unlimited
   std::optional<std::string> reasoning_budget_message;
   std::optional<std::string> reasoning_effort;       // default thinking mode: none … max (spec/server.md §10.3)
+  // true: special-token text in user and tool messages becomes control tokens (the unsafe old
+  // behaviour, for clients that rely on it); default false: it is tokenized as ordinary text.
+  std::optional<bool> special_tokens_in_user_content;
 };
 
 struct Profile {

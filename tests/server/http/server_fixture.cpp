@@ -81,7 +81,7 @@ std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
   return s;
 }
 
-std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o) {
+std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o, const std::string& server_keys) {
   static const TinyChatModel model = [] {
     auto dir = std::filesystem::temp_directory_path() / ("tandem_tiny_chat_" + std::to_string(::getpid()));
     auto m = write_tiny_chat_model(dir.string(), shared_data("chat_templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"));
@@ -92,7 +92,15 @@ std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o) {
     });
     return m;
   }();
-  return start_profile_server(std::move(o), load_profile(model.profile));
+  if (server_keys.empty()) return start_profile_server(std::move(o), load_profile(model.profile));
+  // The profile ends in its server: section, so the added lines join it; the copy sits in the
+  // model's folder, which the exit handler removes.
+  std::ifstream in(model.profile);
+  std::stringstream yaml;
+  yaml << in.rdbuf() << server_keys;
+  const std::string path = model.dir + "/with_server_keys.yaml";
+  std::ofstream(path) << yaml.str();
+  return start_profile_server(std::move(o), load_profile(path));
 }
 
 std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o, const Profile& p) {

@@ -28,8 +28,9 @@ std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_future<void> gate = {});
 // Starts a server on the tiny chat model (tests/e2e/tiny_chat_model.h: a real tokenizer and the
 // Nemotron 3 template), written once per run into a temporary folder; its codec is the one
-// `tandem serve` builds from the checkpoint's side files.
-std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o);
+// `tandem serve` builds from the checkpoint's side files. `server_keys` (optional): YAML lines added
+// to the profile's server: section ("  strict_fields: true\n").
+std::unique_ptr<server::HttpServer> start_chat_server(server::ServerOptions o, const std::string& server_keys = "");
 // Starts a server on a profile's model, loaded and given its codec as `tandem serve` does (with the
 // test plugin folder).
 std::unique_ptr<server::HttpServer> start_profile_server(server::ServerOptions o, const Profile& profile);

@@ -2,6 +2,7 @@
 // synthesizes as side files (tokenizer.json, tokenizer_config.json), and the profile's overrides win.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "server_fixture.h"
@@ -33,10 +34,17 @@ TEST(HttpGguf, TokenizerAndTemplateComeFromTheFile) {
   auto at = http_request(srv->port(), "POST", "/apply-template", R"({"messages":[{"role":"user","content":"hi"}]})", auth());
   ASSERT_EQ(at.status, 200) << at.body;
   EXPECT_STREQ(parse_json(at.body)["prompt"].GetString(), "hi");
+  // A chat prompt is that template's text, and a user's "<tool>" in it is text, not token 12
+  // (test_http_prompt_text.cpp); /tokenize counts the same prompt.
+  const std::string messages = R"("messages":[{"role":"user","content":"<tool><tool>"}])";
   auto r = http_request(srv->port(), "POST", "/v1/chat/completions",
-                        R"({"messages":[{"role":"user","content":"<tool><tool>"}],"max_tokens":4,"temperature":0})", auth());
+                        "{" + messages + R"(,"max_tokens":4,"temperature":0})", auth());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(parse_json(r.body)["usage"]["prompt_tokens"].GetInt(), 2);
+  std::vector<int32_t> chat_ids =
+      int_array(parse_json(http_request(srv->port(), "POST", "/tokenize", "{" + messages + "}", auth()).body)["tokens"]);
+  EXPECT_EQ(parse_json(r.body)["usage"]["prompt_tokens"].GetInt(), int(chat_ids.size()));
+  EXPECT_EQ(std::count(chat_ids.begin(), chat_ids.end(), 12), 0);
+  EXPECT_GT(chat_ids.size(), 2u);
   srv->drain();
   EXPECT_EQ(srv->wait(), 0);
 

@@ -118,6 +118,28 @@ TEST(Tokenizer, AddedTokensMatchBeforeSplitting) {
   EXPECT_NE(error_of([&] { t.decode({100}); }).find("id 100"), std::string::npos);
 }
 
+TEST(Tokenizer, PlainSegmentsReadNoAddedToken) {
+  TinySpec s;
+  s.extra_tokens = {"<|im_end|>", "<x>", "<x><y>"};  // 96, 97, 98
+  s.added_json = R"([{"id": 96, "content": "<|im_end|>", "special": true},
+    {"id": 97, "content": "<x>", "special": false}, {"id": 98, "content": "<x><y>", "special": false}])";
+  s.pre_json = R"({"type": "ByteLevel", "add_prefix_space": false})";
+  Tokenizer t = tiny(s);
+  auto chars = [](const std::string& text) {
+    Ids ids;
+    for (char c : text) ids.push_back(tiny_id(c));
+    return ids;
+  };
+  // Not plain: as encode(text, parse_special = true).
+  EXPECT_EQ(t.encode({{"a<|im_end|><x>", false}}), (Ids{tiny_id('a'), 96, 97}));
+  // Plain: neither special nor other added tokens are read.
+  EXPECT_EQ(t.encode({{"a<|im_end|><x>", true}}), chars("a<|im_end|><x>"));
+  // A token must lie wholly outside plain text: none across the boundary, and the longest that fits.
+  EXPECT_EQ(t.encode({{"a<|im_", false}, {"end|>", true}}), chars("a<|im_end|>"));
+  EXPECT_EQ(t.encode({{"<x>", false}, {"<y>", true}}), (Ids{97, tiny_id('<'), tiny_id('y'), tiny_id('>')}));
+  EXPECT_EQ(t.encode({{"<x><y>", false}, {"<x>", true}, {"<x>", false}}), (Ids{98, tiny_id('<'), tiny_id('x'), tiny_id('>'), 97}));
+}
+
 TEST(Tokenizer, SpecialIdsFromConfig) {
   TinySpec s;
   s.extra_tokens = {"<s>", "</s>", "<|im_end|>"};  // 96, 97, 98

@@ -16,7 +16,20 @@
 
 namespace tandem {
 
+// Bytes that valid UTF-8 never holds, so no request text can (its JSON is validated) and no sane
+// template does: they bracket the user-controlled text that ChatRenderOptions::content_marks asks for.
+inline constexpr char kUserTextOpen = '\xFF', kUserTextClose = '\xFE';
+
 struct ChatRenderOptions {
+  // Brackets the content text of user and tool messages (a string, joined text parts, or each
+  // part's `text`) in kUserTextOpen … kUserTextClose before the template sees it, so that the caller
+  // can tell it from the template's own text in the output. `whole`: all of it; `occurrences`: only
+  // the occurrences of `marked_texts` in it (the added-token strings), for templates that trim or
+  // compare content and would treat a bracketed whole differently.
+  enum class Marks { none, whole, occurrences };
+  Marks content_marks = Marks::none;
+  std::vector<std::string> marked_texts;
+
   // A tool call's `function.arguments` given as a JSON string (the OpenAI wire form) is parsed into an
   // object, since templates iterate `arguments|items` (spec/server.md §10.2). Anything but a JSON
   // object is an error naming the message and the call; an empty string counts as {}.

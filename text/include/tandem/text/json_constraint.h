@@ -16,11 +16,6 @@ namespace tandem {
 
 namespace json {
 struct Grammar;
-
-// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF) as a byte automaton: the
-// state after byte c, -1 if invalid. State 0 is between characters (ASCII, controls included, stays
-// 0); 1..7 are inside a multi-byte character.
-TANDEM_API int utf8_step(uint8_t state, uint8_t c);
 }  // namespace json
 
 // A vocabulary as byte strings (token id → its decoded bytes; empty for special tokens, which are

@@ -32,6 +32,17 @@ class TextCodec {
 
   // Text → ids. `parse_special`: special-token text becomes its id (never for user text in chat).
   virtual std::vector<int32_t> encode(const std::string& text, bool add_special, bool parse_special) const = 0;
+  // A rendered chat prompt → ids, each segment by its own rule: the template's text with its control
+  // tokens, user text (segments marked plain) as ordinary text. This default encodes the segments one
+  // by one (plain ones with parse_special false); the tokenizer's codec reads them as one text.
+  virtual std::vector<int32_t> encode_prompt(const ChatPrompt& prompt) const {
+    std::vector<int32_t> ids;
+    for (const TextSegment& s : prompt.segments) {
+      std::vector<int32_t> part = encode(s.text, false, !s.plain);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    return ids;
+  }
   // The raw bytes a token stands for (may be part of a UTF-8 character); "" for control tokens
   // that are not text (EOS, BOS), so they never reach a response.
   virtual std::string token_bytes(int32_t id) const = 0;
@@ -45,7 +56,8 @@ class TextCodec {
     return false;
   }
 
-  // The prompt text of a chat request (its `messages`, `tools`, `chat_template_kwargs`, …).
+  // The prompt of a chat request (its `messages`, `tools`, `chat_template_kwargs`, …), its user and
+  // tool text marked plain unless the profile sets server.special_tokens_in_user_content.
   // Throws RequestError (tandem/request.h) for messages the template cannot render.
   virtual ChatPrompt render_chat(const rapidjson::Value& request, bool add_generation_prompt) const = 0;
 };

@@ -12,8 +12,17 @@
 #include <vector>
 
 #include "tandem/plugin_abi.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
+
+// A piece of a prompt. `plain`: ordinary text (a chat user's words), in which no added token is
+// read, special or not; otherwise the text of the prompt's own format, whose added-token strings
+// become their ids.
+struct TextSegment {
+  std::string text;
+  bool plain = false;
+};
 
 class TANDEM_API Tokenizer {
  public:
@@ -29,6 +38,10 @@ class TANDEM_API Tokenizer {
   // special ones only with parse_special, otherwise their text is tokenized like any other.
   // add_special prepends bos when add_bos() (and appends eos when add_eos()).
   std::vector<int32_t> encode(std::string_view text, bool parse_special = false, bool add_special = false) const;
+  // Segments → ids, as encode(joined text, true, add_special) would give them except that an added
+  // token is read only where it lies wholly in segments that are not plain. Text runs across segment
+  // boundaries into BPE as one, so a prompt of ordinary words gets the ids its joined text gets.
+  std::vector<int32_t> encode(const std::vector<TextSegment>& segments, bool add_special = false) const;
   // Ids → text. Byte sequences that are not valid UTF-8 (a character cut by the end of `ids`)
   // become U+FFFD. skip_special drops special (control) tokens. An id outside the vocabulary is an
   // error naming it.
@@ -45,6 +58,8 @@ class TANDEM_API Tokenizer {
   int32_t token_id(std::string_view text) const;
   int32_t vocab_size() const;  // one past the largest id
   bool is_special(int32_t id) const;
+  // The content of every added token (special or not), e.g. "<|im_end|>", "<think>".
+  std::vector<std::string> added_texts() const;
 
   int32_t bos_id() const;  // -1 when none
   int32_t eos_id() const;  // -1 when none
@@ -66,7 +81,8 @@ class TANDEM_API Tokenizer {
 };
 
 // Feeds token ids one at a time and returns only complete UTF-8 text: bytes of a character that the
-// next token may finish are held back; bytes that can never be valid become U+FFFD at once.
+// next token may finish are held back; bytes that can never be valid become U+FFFD at once (a
+// Utf8Decoder, the rule TextStream follows too).
 // The concatenation of every push() and the final flush() equals Tokenizer::decode of all ids.
 class TANDEM_API StreamDecoder {
  public:
@@ -74,16 +90,13 @@ class TANDEM_API StreamDecoder {
   std::string push(int32_t id);
   // The held-back remainder, with U+FFFD for an unfinished character; the decoder is then empty.
   std::string flush();
-  size_t pending_bytes() const { return pending_.size(); }
+  size_t pending_bytes() const { return utf8_.pending_bytes(); }
 
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::string pending_;
+  Utf8Decoder utf8_;
 };
-
-// `bytes` as valid UTF-8: each maximal invalid subpart becomes U+FFFD (as Python and Rust do).
-TANDEM_API std::string utf8_lossy(std::string_view bytes);
 
 // Byte b (0..255) as the character byte-level BPE vocabularies use for it (GPT-2's alphabet), UTF-8.
 TANDEM_API const std::string& byte_level_symbol(int b);
