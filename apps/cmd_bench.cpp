@@ -127,7 +127,7 @@ std::vector<KindTime> profile_layers(Model& model, const std::vector<int32_t>& p
   std::vector<double> stage(size_t(n) + 2, 0.0);  // [0] embedding, [1 + i] layer i, [n + 1] head
   double total = 0;
   clock_type::time_point last;
-  model.set_forward_observer([&](int s) {
+  model.set_forward_observer([&](int s, const Tensor&) {
     be.synchronize();
     const auto now = clock_type::now();
     stage[size_t(s + 1)] += std::chrono::duration<double>(now - last).count();

@@ -185,6 +185,7 @@ namespace {
 struct SequenceGraphs {
   using Key = std::pair<int, bool>;
   uint64_t epoch = 0;
+  uint64_t taps = 0;  // Model::Impl::taps_version of the recordings (a recording copies its taps)
   std::map<Key, std::unique_ptr<Graph>> graphs;
   std::set<Key> warm;  // shapes run once op by op: every scratch they need has grown already
 };
@@ -201,7 +202,11 @@ struct Model::Impl {
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
   Scratch x, h, out, logits;
   std::unique_ptr<Buffer> pos0;  // int64: the first position of the running pass, read by attention
-  std::function<void(int)> observer;
+  std::function<void(int, const Tensor&)> observer;
+  std::vector<int> taps;          // layers whose output forward() copies (Model::set_taps)
+  std::vector<Scratch> tap_bufs;  // one per tap, [rows, hidden]
+  std::vector<Tensor> tapped;     // the last forward's rows of each tap
+  uint64_t taps_version = 0;
   GraphStats graph_stats;
   int dropped_recordings = 0;
 
@@ -230,9 +235,10 @@ void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positio
     seq.graphs = g;
   }
   auto& sg = *static_cast<SequenceGraphs*>(seq.graphs.get());
-  if (sg.epoch != be.memory_epoch()) {
+  if (sg.epoch != be.memory_epoch() || sg.taps != taps_version) {
     sg.graphs.clear();
     sg.epoch = be.memory_epoch();
+    sg.taps = taps_version;
   }
   const SequenceGraphs::Key key{n, all_positions};
   if (auto it = sg.graphs.find(key); it != sg.graphs.end()) {
@@ -416,12 +422,16 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   // go to the embedding kernel and the position to device memory outside the recording, so one graph
   // per shape serves every step.
   im.mixer_scratch.reserve(be, n);
+  std::vector<Tensor> taps;
+  for (auto& b : im.tap_bufs) taps.push_back(b.f32(be, n, H));
+  std::vector<int> tap_of(im.taps.empty() ? 0 : im.mixers.size(), -1);  // layer → its tap, or -1
+  for (size_t j = 0; j < im.taps.size(); ++j) tap_of[size_t(im.taps[j])] = int(j);
   Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
   const int64_t rows = all_positions ? n : 1;
   Tensor lg = im.logits.f32(be, rows, desc_.vocab);
   be.upload(im.pos0->data(), &seq.pos, sizeof(int64_t));
   im.embed->get_rows(tokens.data(), int(n), x);
-  if (im.observer) im.observer(-1);
+  if (im.observer) im.observer(-1, x);
   auto pass = [&] {
     // Layer i's residual add and layer i + 1's norm are one op (add_rms_norm: one launch on the GPU).
     const size_t L = im.mixers.size();
@@ -430,23 +440,54 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
       im.mixers[i]->forward(h, out, *seq.states[i], info);
       if (i + 1 < L) be.add_rms_norm(x, out, static_cast<float*>(im.norms[i + 1]->data()), desc_.eps, h);
       else be.add(x, out, x);
-      if (im.observer) im.observer(int(i));
+      if (!tap_of.empty() && tap_of[i] >= 0) be.copy(x, taps[size_t(tap_of[i])]);
+      if (im.observer) im.observer(int(i), x);
     }
     Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
     Tensor hn = h.slice_rows(0, rows);
     be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
     im.lm_head->matmul(hn, lg);
-    if (im.observer) im.observer(int(im.mixers.size()));
+    if (im.observer) im.observer(int(im.mixers.size()), x);
   };
   if (mode == ForwardMode::Verify) im.run_verify(be, seq, int(n), all_positions, pass);
   else pass();
   logits.resize(size_t(lg.numel()));
   be.download(logits.data(), lg.data, lg.nbytes());
+  im.tapped = std::move(taps);
   seq.pending = true;
   seq.last = info;
 }
 
-void Model::set_forward_observer(std::function<void(int)> observer) { impl_->observer = std::move(observer); }
+void Model::set_forward_observer(std::function<void(int, const Tensor&)> observer) {
+  impl_->observer = std::move(observer);
+}
+
+const QuantizedTensor& Model::embedding() const { return *impl_->embed; }
+const QuantizedTensor& Model::lm_head() const { return *impl_->lm_head; }
+const float* Model::final_norm() const { return static_cast<const float*>(impl_->norm_f->data()); }
+
+void Model::set_taps(std::vector<int> layers) {
+  const int L = int(impl_->mixers.size());
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  for (int l : layers) check(l >= 0 && l < L, "taps: layer ", l, " is outside the model's layers [0, ", L, ")");
+  Impl& im = *impl_;
+  im.taps = std::move(layers);
+  im.tap_bufs.clear();
+  im.tap_bufs.resize(im.taps.size());
+  for (auto& b : im.tap_bufs) (void)b.f32(*backend_, graph_max_tokens, desc_.hidden);
+  im.tapped.clear();
+  ++im.taps_version;
+}
+
+const std::vector<int>& Model::taps() const { return impl_->taps; }
+
+Tensor Model::tap(size_t j) const {
+  const Impl& im = *impl_;
+  check(j < im.taps.size(), "tap ", j, ": the model has ", im.taps.size(), " taps");
+  check(j < im.tapped.size(), "tap ", j, ": no forward ran since the taps were set");
+  return im.tapped[j];
+}
 
 void Model::set_graphs(bool on) {
   GraphStats& g = impl_->graph_stats;

@@ -263,6 +263,14 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& b, const float* w,
   launch_add_rms_norm(x.f32(), b.f32(), w, eps, x.rows, x.cols, y.f32(), stream());
 }
 
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  check(src.dtype == dst.dtype && src.nbytes() == dst.nbytes(), "cuda: copy of ", src.rows, "×", src.cols, " ",
+        dtype_name(src.dtype), " into ", dst.rows, "×", dst.cols, " ", dtype_name(dst.dtype));
+  check_copy("copy", dst.data, src.data, src.nbytes());
+  if (src.nbytes() && src.data != dst.data)
+    check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream()), "copy");
+}
+
 void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_tensor("add", "a", a, a.rows, a.cols);
   check_tensor("add", "b", b, a.rows, a.cols);

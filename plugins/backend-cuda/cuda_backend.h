@@ -32,6 +32,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) override;
   void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
                       const Tensor& out) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) override;
   void relu2(const Tensor& x) override;

@@ -28,6 +28,7 @@ struct DrafterSlot {
   SpeculatorSettings settings;
   int buckets = 1;
   bool cheap = false;
+  std::vector<int> layers;  // hidden_layers(): the target layers whose states it reads
 };
 
 // A proposal waiting to be compared with the committed text.
@@ -51,7 +52,14 @@ struct Drafting::Impl {
   void start(const DraftOptions& o);
   std::unique_ptr<Speculator> make(size_t d) const {
     SpeculatorSettings s = slots[d].settings;
-    SpeculatorContext ctx{model.desc().vocab, &model};
+    SpeculatorContext ctx;
+    ctx.vocab = model.desc().vocab;
+    ctx.target = &model;
+    ctx.backend = &model.backend();
+    ctx.desc = &model.desc();
+    ctx.embedding = &model.embedding();
+    ctx.lm_head = &model.lm_head();
+    ctx.final_norm = model.final_norm();
     auto sp = slots[d].factory->create(ctx, s);
     check(sp != nullptr, "drafter '", slots[d].name, "': its factory made no speculator");
     return sp;
@@ -71,7 +79,18 @@ void Drafting::Impl::start(const DraftOptions& o) {
     s.cheap = probe->cheap();
     check(s.buckets >= 1, "drafter '", s.name, "': buckets() must be at least 1, found ", s.buckets);
     buckets.push_back(s.buckets * kCopyBins);
+    s.layers = probe->hidden_layers();
+    const int L = int(model.desc().layers.size());
+    for (int l : s.layers)
+      check(l >= 0 && l < L, "drafter '", s.name, "': hidden_layers() names layer ", l, ", outside the target's [0, ",
+            L, ")");
   }
+  // The model copies the union of what the drafters read (and what others asked of it before).
+  std::vector<int> taps = model.taps();
+  for (const auto& s : slots) taps.insert(taps.end(), s.layers.begin(), s.layers.end());
+  std::sort(taps.begin(), taps.end());
+  taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
+  if (taps != model.taps()) model.set_taps(taps);
   for (const auto& kv : o.settings)
     check(std::find(names.begin(), names.end(), kv.first) != names.end(), "drafting: settings for '", kv.first,
           "', which is not among the drafters in use");
@@ -124,14 +143,38 @@ struct DraftedRequest::State {
   std::vector<Offer> offers;
   std::vector<int32_t> block;
   std::vector<float> logits;
+  std::vector<int32_t> prompt;
+  size_t prefilled = 0;
+  bool started = false;
   bool ended = false;
 
   State(Drafting::Impl& i, Sequence& s, const SamplingParams& p, Rng& r) : im(i), seq(s), sampling(p), rng(r) {}
 
-  // The drafters see the new tokens; every open proposal is scored against them.
-  void settle() {
+  // Drafter d's layers from the model's taps of its last forward: rows 0 … rows − 1 of that pass.
+  TargetHidden hidden(size_t d, int64_t pos0, int64_t rows) const {
+    TargetHidden h;
+    h.pos0 = pos0;
+    h.rows = rows;
+    h.layers = im.slots[d].layers;
+    const auto& taps = im.model.taps();
+    for (int l : h.layers) {
+      const size_t j = size_t(std::lower_bound(taps.begin(), taps.end(), l) - taps.begin());
+      check(j < taps.size() && taps[j] == l, "drafting: the model no longer taps layer ", l, " (set_taps was called)");
+      h.states.push_back(im.model.tap(j).slice_rows(0, rows));
+    }
+    return h;
+  }
+
+  // The drafters see the new tokens (with the states of the pass that committed them when `pos0` ≥ 0);
+  // every open proposal is scored against them.
+  void settle(int64_t pos0 = -1) {
     StairCut& sc = *im.staircut;
-    for (auto& sp : specs) sp->observe(fresh.data(), fresh.size());
+    for (size_t d = 0; d < specs.size(); ++d) {
+      if (pos0 >= 0 && !im.slots[d].layers.empty())
+        specs[d]->observe_hidden(fresh.data(), fresh.size(), hidden(d, pos0, int64_t(fresh.size())));
+      else
+        specs[d]->observe(fresh.data(), fresh.size());
+    }
     history.insert(history.end(), fresh.begin(), fresh.end());
     fresh.clear();
     for (auto it = pending.begin(); it != pending.end();) {
@@ -151,10 +194,38 @@ struct DraftedRequest::State {
   }
 };
 
-DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt,
                                const SamplingParams& sampling, Rng& rng)
     : st_(std::make_unique<State>(*drafting.impl_, seq, sampling, rng)) {
   State& s = *st_;
+  check(!prompt.empty(), "drafted request: the prompt is empty");
+  s.prompt = prompt;
+  for (size_t d = 0; d < s.im.slots.size(); ++d) {
+    s.specs.push_back(s.im.make(d));
+    s.specs.back()->begin(prompt.data(), prompt.size());
+  }
+}
+
+void DraftedRequest::prefill(size_t n, std::vector<float>& logits) {
+  State& s = *st_;
+  check(!s.started, "drafted request: prefill() after start()");
+  check(n >= 1 && s.prefilled + n <= s.prompt.size(), "drafted request: prefill of ", n, " tokens after ", s.prefilled,
+        " of the prompt's ", s.prompt.size());
+  const std::vector<int32_t> part(s.prompt.begin() + long(s.prefilled), s.prompt.begin() + long(s.prefilled + n));
+  const int64_t pos0 = s.seq.pos;
+  s.im.model.forward(s.seq, part, ForwardMode::Prefill, logits, false);
+  s.im.model.commit(s.seq, int(n));
+  s.prefilled += n;
+  for (size_t d = 0; d < s.specs.size(); ++d)
+    if (!s.im.slots[d].layers.empty()) s.specs[d]->observe_prompt(s.hidden(d, pos0, int64_t(n)));
+}
+
+void DraftedRequest::start(int32_t first) {
+  State& s = *st_;
+  check(!s.started, "drafted request: start() twice");
+  check(s.prefilled == s.prompt.size(), "drafted request: start() after ", s.prefilled, " of the prompt's ",
+        s.prompt.size(), " tokens were prefilled");
+  s.started = true;
   StairCut& sc = *s.im.staircut;
   const size_t nd = s.im.slots.size();
   s.m.tried_at.assign(size_t(sc.max_k()), 0);
@@ -163,24 +234,25 @@ DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vec
   for (const auto& d : s.im.slots)
     s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram});
   s.m.generated_tokens = 1;
-  for (size_t d = 0; d < nd; ++d) {
-    s.specs.push_back(s.im.make(d));
-    s.specs.back()->begin(prompt.data(), prompt.size());
-  }
   sc.reset_request();
-  s.history = prompt;
+  s.history = s.prompt;
   s.copy_run.assign(nd, 0);
   s.drafts.resize(nd);
   s.fresh.push_back(first);
   s.settle();
 }
 
-DraftedRequest::~DraftedRequest() { st_->im.total.add(st_->m); }
+DraftedRequest::~DraftedRequest() {
+  if (st_->started) st_->im.total.add(st_->m);
+}
+
+bool DraftedRequest::started() const { return st_->started; }
 
 const DraftMetrics& DraftedRequest::metrics() const { return st_->m; }
 
 bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   State& s = *st_;
+  check(s.started, "drafted request: step() before start()");
   check(!s.ended, "drafted request: step() after the request ended");
   check(max_tokens >= 1, "drafted request: step() needs max_tokens ≥ 1, found ", max_tokens);
   Drafting::Impl& im = s.im;
@@ -230,6 +302,7 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
 
   auto tv = Clock::now();
+  const int64_t pos0 = s.seq.pos;
   model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, k > 0);
   int accepted = 0, tried = 0;
   // Row i holds the target's logits for the position after block[i]; a token is picked from it the
@@ -279,7 +352,7 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
     for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++pd.tried_at[size_t(j)];
     for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++pd.accepted_at[size_t(j)];
   }
-  s.settle();
+  s.settle(pos0);
   return !s.ended;
 }
 

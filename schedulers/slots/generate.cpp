@@ -18,12 +18,14 @@ Generation::Generation(Model& model, Drafting* drafting, std::vector<int32_t> pr
 
 Generation::~Generation() = default;
 
-const DraftMetrics* Generation::draft_metrics() const { return drafted_ ? &drafted_->metrics() : nullptr; }
+const DraftMetrics* Generation::draft_metrics() const {
+  return drafted_ && drafted_->started() ? &drafted_->metrics() : nullptr;
+}
 
 bool Generation::step(int max_tokens, const StepHooks& hooks) {
   check(!ended_, "generate: step() after the request ended");
   check(max_tokens >= 0, "generate: step() needs max_tokens ≥ 0, found ", max_tokens);
-  if (drafted_) {
+  if (drafted_ && drafted_->started()) {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
     ++steps_;
     ended_ = !drafted_->step(max_tokens, hooks);
@@ -32,9 +34,15 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
   if (prefilling()) {
     if (!seq_) seq_ = model_.new_sequence(context_);
     const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
-    const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
-    model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
-    model_.commit(*seq_, int(n));
+    // A drafted request prefills through its DraftedRequest: drafters reading hidden states see the prompt.
+    if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
+    if (drafted_) {
+      drafted_->prefill(n, logits_);
+    } else {
+      const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
+      model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
+      model_.commit(*seq_, int(n));
+    }
     prefilled_ += n;
     if (prefilling()) return true;
     if (max_tokens == 0) return !(ended_ = true);
@@ -53,7 +61,7 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
   const bool first = steps_ == 1;
   ended_ = !hooks.emit(tok);
   // After the prefill's token a drafted request decodes the rest through its DraftedRequest.
-  if (first && drafting_ && !ended_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, tok, sampling_, rng_);
+  if (first && drafted_ && !ended_) drafted_->start(tok);
   return !ended_;
 }
 

@@ -5,6 +5,7 @@
 // order and return without synchronizing; only download() and synchronize() wait.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -75,6 +76,15 @@ class Backend {
                               const Tensor& out) = 0;
   // out = a + b, elementwise (out may alias a or b).
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // dst = src: a copy within this backend's memory (same dtype and size), queued in stream order like
+  // any op, so a recorded pass records it (Model taps). Default: memcpy, for backends whose memory is
+  // host memory (the CPU backend); device backends override it.
+  virtual void copy(const Tensor& src, const Tensor& dst) {
+    check(src.dtype == dst.dtype && src.nbytes() == dst.nbytes(), "backend '", device(), "': copy of ",
+          src.rows, "×", src.cols, " ", dtype_name(src.dtype), " into ", dst.rows, "×", dst.cols, " ",
+          dtype_name(dst.dtype));
+    if (src.data != dst.data) std::memcpy(dst.data, src.data, src.nbytes());
+  }
   // x = relu(x)² in place.
   virtual void relu2(const Tensor& x) = 0;
   // The residual add and the next layer's norm: x += b, then y = rms_norm(x, w, eps). x, b, y [n, D];

@@ -18,6 +18,7 @@ namespace tandem {
 
 class PluginRegistry;
 class Checkpoint;
+class QuantizedTensor;
 
 struct LoadOptions {
   std::string path;              // HF folder, a .safetensors file, or a file another format reads
@@ -81,10 +82,32 @@ class TANDEM_API Model {
                std::vector<float>& logits, bool all_positions);
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
-  // Optional (benchmarks): called from forward() with -1 after the embedding, i after layer i and
-  // n_layers after the head, before the logits are downloaded. Nothing synchronizes for it. While an
-  // observer is set, passes run op by op (no graphs).
-  void set_forward_observer(std::function<void(int)> observer);
+  // Optional (benchmarks, tests): called from forward() with -1 after the embedding, i after layer i
+  // and n_layers after the head, before the logits are downloaded, with the pass's residual stream x
+  // [n, hidden] (f32 on backend(); after the head it still holds the last layer's output). Nothing
+  // synchronizes for it. While an observer is set, passes run op by op (no graphs).
+  void set_forward_observer(std::function<void(int stage, const Tensor& x)> observer);
+
+  // What a drafter reads of the target (SpeculatorContext), on backend(): the token embedding
+  // [vocab, hidden] (get_rows), the LM head [vocab, hidden] (matmul; the embedding when tied) and the
+  // final norm's weights [hidden] in device memory (Backend::rms_norm with desc().eps): logits =
+  // lm_head · rms_norm(x after the last layer).
+  const QuantizedTensor& embedding() const;
+  const QuantizedTensor& lm_head() const;
+  const float* final_norm() const;
+
+  // Taps: each forward() copies the residual stream after each layer of `layers` (x after layer i's
+  // residual add: what layer i + 1 reads) for every row of the pass into buffers the Model owns. The
+  // copies are ops of the pass, so a recorded verify pass records them and its replays refill the same
+  // buffers; no extra pass runs. Buffers for graph_max_tokens rows are allocated here, longer passes
+  // (prefills) grow them before they run. Setting taps drops the recorded passes. Empty: no copies.
+  // taps() is `layers` sorted, without repeats; a layer outside [0, n_layers) is an error.
+  void set_taps(std::vector<int> layers);
+  const std::vector<int>& taps() const;
+  // The copy of layer taps()[j] from the last forward (any sequence): [n of that pass, hidden], f32
+  // on backend(); row r is the pass's r-th token (position seq.pos + r, seq.pos as the pass began).
+  // Valid until the next forward.
+  Tensor tap(size_t j) const;
 
   // Verify passes of up to graph_max_tokens tokens run from backend graphs (CUDA graphs): the first
   // pass of a shape (sequence, n, all_positions) runs op by op, the second is recorded, later ones

@@ -12,12 +12,30 @@
 #include <string>
 #include <vector>
 
+#include "tandem/model_config.h"
 #include "tandem/plugin_abi.h"
 #include "tandem/sampler.h"
+#include "tandem/tensor.h"
 
 namespace tandem {
 
+class Backend;
 class Model;
+class QuantizedTensor;
+
+// The target's hidden states of consecutive committed positions pos0 … pos0 + rows − 1: the residual
+// stream after each layer a drafter declared (Speculator::hidden_layers()), as the target computed it
+// when it fed the token at that position. The logits of position p (lm_head · final norm of the
+// state after the last layer) are the row the token at p + 1 was picked from.
+// Owner: the Model (tap buffers); valid only during the call that receives it. Sync: the states are
+// written in stream order before the call; read them with ops on SpeculatorContext::backend or copy
+// them (Backend::copy) to keep them.
+struct TargetHidden {
+  int64_t pos0 = 0;
+  int64_t rows = 0;
+  std::vector<int> layers;     // as hidden_layers() gave them
+  std::vector<Tensor> states;  // states[i]: layer layers[i], [rows, hidden] f32 on the target's backend
+};
 
 // What a drafter proposes: tokens d1..dn that continue the committed history.
 struct Draft {
@@ -59,10 +77,17 @@ class TANDEM_API SpeculatorSettings {
   std::set<std::string> read_;
 };
 
-// What a drafter may read from the target when it is created.
+// What a drafter may read from the target when it is created. The weights live on `backend` (the
+// target's device, which is the drafter's): embedding rows through get_rows, the LM head through
+// matmul, the final norm through backend->rms_norm(x, final_norm, desc->eps, y).
 struct SpeculatorContext {
   int64_t vocab = 0;
-  Model* target = nullptr;  // null in unit tests of drafters that need no model
+  Model* target = nullptr;  // null in unit tests of drafters that need no model (and so are the rest)
+  Backend* backend = nullptr;
+  const ModelDesc* desc = nullptr;
+  const QuantizedTensor* embedding = nullptr;  // [vocab, hidden]
+  const QuantizedTensor* lm_head = nullptr;    // [vocab, hidden]
+  const float* final_norm = nullptr;           // [hidden], device memory
 };
 
 class Speculator {
@@ -73,6 +98,21 @@ class Speculator {
   // Tokens committed since the last begin/observe, in order: accepted drafts, then the target's own
   // token (which the next proposal continues from).
   virtual void observe(const int32_t* tokens, size_t n) = 0;
+  // Optional: layers (0 … n_layers − 1) whose output hidden states this drafter reads; they arrive
+  // with the committed rows below, copied during the target's own passes (no extra pass).
+  virtual std::vector<int> hidden_layers() const { return {}; }
+  // Optional (drafters with hidden_layers()): the prompt's states, one call per prefill pass in order
+  // (pos0 = 0 first), after begin() and before the first observe().
+  virtual void observe_prompt(const TargetHidden& hidden) { (void)hidden; }
+  // Optional: observe() with the states of the pass's committed positions, called instead of it after
+  // each step when hidden_layers() is not empty (a name of its own, so overriding it hides nothing):
+  // hidden.rows == n, and row i is the position whose logits picked tokens[i] (row 0: the token fed
+  // first, the previous step's own token). The token the prefill picked arrives by observe(tokens, 1):
+  // its row came with observe_prompt.
+  virtual void observe_hidden(const int32_t* tokens, size_t n, const TargetHidden& hidden) {
+    (void)hidden;
+    observe(tokens, n);
+  }
   // Up to max_n tokens continuing the history; an empty draft means "nothing to propose".
   virtual void propose(int max_n, Draft& out) = 0;
   // Optional: how many values Draft::bucket takes (default 1).

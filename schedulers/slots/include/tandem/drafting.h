@@ -80,24 +80,32 @@ class TANDEM_API Drafting {
   std::unique_ptr<Impl> impl_;
 };
 
-// The drafted steps of one request, for tandem::Generation (generation.h), which prefills the
-// prompt into `seq`, commits it and picks the first token; each step() then verifies one chain (or
-// takes a plain step) and emits 1..k+1 tokens.
+// The drafted steps of one request, for tandem::Generation (generation.h). The prompt is prefilled
+// through it (prefill(), in parts), so drafters that read the target's hidden states see every
+// prompt row; the caller picks the first token from the last part's logits and hands it to start();
+// each step() then verifies one chain (or takes a plain step) and emits 1..k+1 tokens.
 // Owner: borrows the Drafting, the Sequence and the Rng (all must outlive it); on destruction its
 // metrics join the Drafting's totals. A Drafting serves one request at a time (StairCut keeps
 // per-request state). Thread: the thread that drives the Model. Sync: each step waits for its logits.
 class TANDEM_API DraftedRequest {
  public:
-  // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed).
-  DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt, int32_t first,
+  // `seq`: the sequence the prompt will be prefilled into. The drafters begin() here.
+  DraftedRequest(Drafting& drafting, Sequence& seq, const std::vector<int32_t>& prompt,
                  const SamplingParams& sampling, Rng& rng);
   ~DraftedRequest();
   DraftedRequest(const DraftedRequest&) = delete;
   DraftedRequest& operator=(const DraftedRequest&) = delete;
 
+  // Prefills and commits the next n prompt tokens; `logits` receives the last one's ([vocab]).
+  void prefill(size_t n, std::vector<float>& logits);
+  // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed), once the
+  // whole prompt is prefilled.
+  void start(int32_t first);
+  bool started() const;
   // One verify pass emitting at most `max_tokens` (≥ 1) tokens. Returns false once hooks.emit did.
   bool step(int max_tokens, const StepHooks& hooks);
-  // This request's numbers so far (generated_tokens counts `first`).
+  // This request's numbers so far (generated_tokens counts `first`); they join the Drafting's totals
+  // on destruction once started.
   const DraftMetrics& metrics() const;
 
  private:

@@ -49,7 +49,7 @@ class TANDEM_API Generation {
   SamplingParams sampling_;
   Rng rng_;
   std::unique_ptr<Sequence> seq_;
-  std::unique_ptr<DraftedRequest> drafted_;  // after the first token; destroyed before seq_
+  std::unique_ptr<DraftedRequest> drafted_;  // from the first prefill chunk (it runs them); before seq_
   std::vector<float> logits_;
   size_t prefilled_ = 0;
   int64_t steps_ = 0;
