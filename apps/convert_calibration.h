@@ -1,4 +1,4 @@
-// Calibration for `tandem convert`: runs the BF16 model on the CPU over a text and collects each
+// Calibration for `tandem convert` (ConvertHost::calibrate): runs the BF16 model on the CPU over a text and collects each
 // linear's input Hessian XᵀX / rows. A format registered in-process (PluginRegistry::add_format)
 // claims the linears with a higher score than the format that stores them and wraps the loaded
 // weight, so that every matmul also accumulates its rows; routed experts see the rows routed to them.
@@ -10,19 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "tandem/converter.h"
+
 namespace tandem::cli {
 
-struct Hessian {
-  int64_t in = 0;
-  int64_t rows = 0;        // rows seen; 0 = none (the converter then uses the identity)
-  std::vector<float> h;    // in × in, XᵀX / rows
-};
-
-struct CalibrationResult {
-  std::map<std::string, Hessian> hessians;  // by linear (group prefix, e.g. "backbone.layers.0.mixer.in_proj")
-  int64_t tokens = 0;                       // tokens run
-  int sequences = 0;
-};
+using CalibrationResult = Calibration;  // tandem/converter.h: what a converter asks its host for
 
 // Tokenizes `text` with the checkpoint's tokenizer (tokenizer.json + tokenizer_config.json beside
 // it), keeps the first `max_tokens`, runs them as sequences of at most `sequence_tokens` and returns

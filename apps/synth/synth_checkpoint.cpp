@@ -24,9 +24,9 @@ bool pooled(const Plan& plan, const StoredTensor& t) {
   return !t.scale && (init == Init::Linear || init == Init::Embedding);
 }
 
-using PoolKey = std::tuple<int, int, int64_t, int>;  // ggml type, init, row length, EXL3 part
+using PoolKey = std::tuple<int, int, int64_t, int>;  // type order, init, row length, EXL3 part
 PoolKey key_of(const Plan& plan, const StoredTensor& t) {
-  return {t.ggml_type, int(plan.weights[size_t(t.weight)].init), t.row_len, t.exl3_part};
+  return {t.type_order, int(plan.weights[size_t(t.weight)].init), t.row_len, t.exl3_part};
 }
 
 struct PoolSize {

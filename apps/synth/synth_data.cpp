@@ -1,15 +1,13 @@
 // Random rows for every type a synthetic model uses: dense (F32, F16, BF16) values from the weight's
-// initializer, and valid ggml blocks (Q8_0, IQ4_NL, IQ2_XXS, NVFP4) scaled to the weight's std.
+// initializer, the EXL3 parts, and the container's quantized blocks (Q8_0, IQ4_NL, IQ2_XXS, NVFP4),
+// which its Writer makes, scaled to the weight's std.
 #include "synth_data.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <vector>
 
-#include "formats/gguf/quant.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/parallel.h"
@@ -26,9 +24,6 @@ uint64_t mix64(uint64_t z) {
 
 Rng row_rng(uint64_t stream, int64_t row) { return Rng(mix64(stream + mix64(uint64_t(row) + 0x632be59bd9b4e019ull))); }
 
-// NVFP4 block scales: UE4M3 codes near 1.0 (0x38), so rows vary without leaving the format's range.
-constexpr uint8_t kFp4ScaleLo = 0x34, kFp4ScaleSpan = 9;
-
 void random_bytes(Rng& r, uint8_t* p, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -44,42 +39,6 @@ void random_bytes(Rng& r, uint8_t* p, size_t n) {
 void put_f16(uint8_t* p, float v) {
   uint16_t h = f32_to_f16(v);
   std::memcpy(p, &h, 2);
-}
-
-// One block of a block type: random quants, then the scale fields. `d` is the fp16 super-scale.
-void random_block(int type, Rng& r, uint8_t* b, int block_bytes, float d) {
-  random_bytes(r, b, size_t(block_bytes));
-  switch (type) {
-    case 8:   // Q8_0: d, qs[32]
-    case 16:  // IQ2_XXS: d, qs (grid indices, signs and 4-bit sub-scales: every bit pattern is valid)
-    case 20:  // IQ4_NL: d, qs
-      put_f16(b, d);
-      break;
-    case 40:  // NVFP4: four UE4M3 block scales, then nibbles; the tensor scale is the sidecar
-      for (int s = 0; s < 4; ++s) b[s] = uint8_t(kFp4ScaleLo + r.next() % kFp4ScaleSpan);
-      break;
-    default: fail("synth: no block generator for ggml type ", type);
-  }
-}
-
-// RMS of the type's values at d = 1 (NVFP4: at tensor scale 1), from the CPU dequantizer.
-double unit_rms(int type) {
-  static std::mutex mu;
-  static std::map<int, double> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(type); it != cache.end()) return it->second;
-  const gguf::QuantType* q = gguf::find_type(type);
-  check(q != nullptr, "synth: ggml type ", type, " has no CPU dequantizer to calibrate it with");
-  constexpr int kBlocks = 4096;
-  std::vector<uint8_t> blocks(size_t(kBlocks) * size_t(q->block_bytes));
-  Rng r(0x5eed);
-  for (int i = 0; i < kBlocks; ++i)
-    random_block(type, r, blocks.data() + size_t(i) * size_t(q->block_bytes), q->block_bytes, 1.0f);
-  std::vector<float> v(size_t(kBlocks) * size_t(q->block_elems));
-  q->dequantize(blocks.data(), v.data(), int64_t(v.size()));
-  double ss = 0;
-  for (float x : v) ss += double(x) * double(x);
-  return cache[type] = std::sqrt(ss / double(v.size()));
 }
 
 // Element i of a dense vector or matrix from its initializer.
@@ -107,12 +66,11 @@ uint64_t stream_id(uint64_t seed, uint64_t n) { return mix64(mix64(seed) ^ mix64
 
 void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int64_t r0, int64_t r1, uint8_t* out) {
   const Weight& w = plan.weights[size_t(t.weight)];
-  if (t.scale) {  // NVFP4 tensor scale: the weight's std over the unit rms
-    check(t.ggml_type == 0 && r0 >= 0 && r1 <= 1, "synth: tensor '", t.name, "': a scale is one F32");
-    for (int64_t r = r0; r < r1; ++r) {
-      const float s = float(w.stddev / unit_rms(40));
-      std::memcpy(out + (r - r0) * 4, &s, 4);
-    }
+  if (t.scale) {  // a block type's tensor scale (NVFP4): the writer's, for the weight's std
+    check(t.dtype == "F32" && r0 >= 0 && r1 <= 1, "synth: tensor '", t.name, "': a scale is one F32");
+    const std::optional<float> s = plan.writer->companion_scale(t.scale_of, w.stddev);
+    check(s.has_value(), "synth: tensor '", t.name, "': ", t.scale_of, " keeps no tensor scale");
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(out + (r - r0) * 4, &*s, 4);
     return;
   }
   if (t.exl3_part == StoredTensor::kExl3Trellis) {  // any word stream is a valid tail-biting trellis
@@ -140,16 +98,16 @@ void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int
   }
   // GGUF stores A itself (−exp(A_log)), HF stores A_log.
   const Init init = w.init == Init::ALog && plan.mix == Mix::GgufIq2 ? Init::A : w.init;
-  const int type = t.ggml_type;
-  if (type == 0 || type == 1 || type == 30) {  // F32, F16, BF16
+  const std::string& type = t.dtype;
+  if (type == "F32" || type == "F16" || type == "BF16") {
     for (int64_t r = r0; r < r1; ++r) {
       Rng rng = row_rng(stream, r);
       uint8_t* row = out + size_t(r - r0) * t.row_bytes;
       for (int64_t c = 0; c < t.row_len; ++c) {
         const float v = value(init, w.stddev, rng);
-        if (type == 0) std::memcpy(row + c * 4, &v, 4);
+        if (type == "F32") std::memcpy(row + c * 4, &v, 4);
         else {
-          const uint16_t h = type == 1 ? f32_to_f16(v) : f32_to_bf16(v);
+          const uint16_t h = type == "F16" ? f32_to_f16(v) : f32_to_bf16(v);
           std::memcpy(row + c * 2, &h, 2);
         }
       }
@@ -158,14 +116,11 @@ void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int
   }
   check(init == Init::Linear || init == Init::Embedding, "synth: tensor '", t.name, "' of ", t.dtype,
         " needs a random initializer");
-  const gguf::QuantType* q = gguf::find_type(type);
-  check(q != nullptr, "synth: tensor '", t.name, "': no CPU kernels for ", t.dtype);
-  const float d = type == 40 ? 1.0f : float(w.stddev / unit_rms(type));
-  const int64_t blocks = t.row_len / q->block_elems;
+  const int64_t blocks = t.row_len / t.block_elems;
   for (int64_t r = r0; r < r1; ++r) {
     Rng rng = row_rng(stream, r);
-    uint8_t* row = out + size_t(r - r0) * t.row_bytes;
-    for (int64_t b = 0; b < blocks; ++b) random_block(type, rng, row + b * q->block_bytes, q->block_bytes, d);
+    check(plan.writer->random_blocks(type, w.stddev, rng, out + size_t(r - r0) * t.row_bytes, blocks), "synth: tensor '",
+          t.name, "': the ", plan.writer->extension(), " writer makes no random ", type, " blocks");
   }
 }
 

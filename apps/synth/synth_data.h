@@ -1,8 +1,8 @@
 // The bytes of synthetic tensors, row by row. A row depends only on (stream, row), never on how rows
 // are chunked or which thread makes them, so writers can stream and loaders can share pools. Block
-// types get random quants and block scales set so that the weight's values have the plan's standard
-// deviation (each type's unit scale is measured once with the CPU dequantizer).
-// Owner: callers own the output memory. Thread: any (the calibration is computed once, locked).
+// types get random quants and block scales from the plan's Writer (Writer::random_blocks), set so that
+// the weight's values have the plan's standard deviation.
+// Owner: callers own the output memory. Thread: any (Writers calibrate their types once, locked).
 // Sync: none.
 #pragma once
 #include <cstdint>

@@ -4,40 +4,51 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <tuple>
 
-#include "formats/gguf/gguf_metadata.h"
 #include "tandem/error.h"
+#include "tandem/registry.h"
 
 namespace tandem::synth {
 namespace {
 
-// ggml type ids (spec/formats.md § 2.4).
-constexpr int kF32 = 0, kF16 = 1, kQ8_0 = 8, kIQ2_XXS = 16, kIQ4_NL = 20, kNVFP4 = 40;
-
 // The 2-bit mix's type for a weight, with llama-quantize's fallbacks for rows a block type cannot hold.
-int gguf_type(Role role, int64_t row_len) {
-  auto fits = [&](int id) { return row_len % gguf::ggml_type_info(id)->block_elems == 0; };
-  auto first_fit = [&](std::initializer_list<int> ids) {
-    for (int id : ids)
-      if (fits(id)) return id;
-    return kF16;
+std::string gguf_type(Role role, int64_t row_len, const Writer& writer) {
+  auto fits = [&](const char* t) {
+    const auto l = writer.type_layout(t);
+    check(l.has_value(), "synth: the ", writer.extension(), " writer does not know type ", t);
+    return row_len % l->block_elems == 0;
+  };
+  auto first_fit = [&](std::initializer_list<const char*> types) {
+    for (const char* t : types)
+      if (fits(t)) return std::string(t);
+    return std::string("F16");
   };
   switch (role) {
     case Role::Routed:
-    case Role::Shared: return first_fit({kIQ2_XXS, kIQ4_NL, kQ8_0});
-    case Role::MambaProj: return first_fit({kNVFP4, kQ8_0});
+    case Role::Shared: return first_fit({"IQ2_XXS", "IQ4_NL", "Q8_0"});
+    case Role::MambaProj: return first_fit({"NVFP4", "Q8_0"});
     case Role::Embedding:
     case Role::Head:
     case Role::Attention:
     case Role::Latent:
-    case Role::Mlp: return first_fit({kQ8_0});
+    case Role::Mlp: return first_fit({"Q8_0"});
     case Role::Norm:
     case Role::MambaVector:
     case Role::Router:
-    case Role::RouterBias: return kF32;
+    case Role::RouterBias: return "F32";
   }
-  return kF32;
+  return "F32";
+}
+
+// Pools of random rows are made in this order of their types (the ggml ids' order), so that the
+// in-memory checkpoint's bytes stay what they were when pools were keyed by ggml id.
+int type_order(const std::string& dtype) {
+  static const char* const kOrder[] = {"F32", "F16", "Q8_0", "IQ2_XXS", "I16", "IQ4_NL", "I32", "BF16", "NVFP4"};
+  for (int i = 0; i < int(std::size(kOrder)); ++i)
+    if (dtype == kOrder[i]) return i;
+  return int(std::size(kOrder));
 }
 
 class Planner {
@@ -141,13 +152,15 @@ class Planner {
   std::vector<Weight> w_;
 };
 
-StoredTensor stored(std::string name, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int weight) {
-  const gguf::GgmlTypeInfo* t = gguf::ggml_type_info(dtype);
-  check(t != nullptr, "synth: unknown type ", dtype);
+StoredTensor stored(std::string name, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int weight,
+                    const Writer& writer) {
+  const std::optional<TypeLayout> t = writer.type_layout(dtype);
+  check(t.has_value(), "synth: tensor '", name, "': the ", writer.extension(), " writer cannot store type ", dtype);
   StoredTensor s;
   s.name = std::move(name);
   s.dtype = dtype;
-  s.ggml_type = t->id;
+  s.type_order = type_order(dtype);
+  s.block_elems = t->block_elems;
   s.shape = std::move(shape);
   int64_t numel = 1;
   for (int64_t d : s.shape) numel *= d;
@@ -155,7 +168,7 @@ StoredTensor stored(std::string name, const std::string& dtype, std::vector<int6
         " elements are not whole ", dtype, " blocks of ", t->block_elems);
   s.row_len = row_len;
   s.rows = numel / row_len;
-  s.row_bytes = size_t(row_len / t->block_elems) * size_t(t->block_bytes);
+  s.row_bytes = size_t(row_len / t->block_elems) * t->block_bytes;
   s.nbytes = size_t(s.rows) * s.row_bytes;
   s.weight = weight;
   return s;
@@ -177,14 +190,14 @@ int exl3_bits(Role role) {
 
 // The tensors of one EXL3 linear `name` ("….weight"): trellis [k/16, n/16, 16K] int16 with k = in and
 // n = out padded to multiples of 128, suh [k] and svh [n] fp16, and the mul1 marker.
-std::vector<StoredTensor> exl3_tensors(const Weight& w, const std::string& name, int weight) {
+std::vector<StoredTensor> exl3_tensors(const Weight& w, const std::string& name, int weight, const Writer& writer) {
   const std::string base = name.substr(0, name.size() - std::string(".weight").size());
   const int K = exl3_bits(w.role);
   auto pad = [](int64_t d) { return (d + 127) / 128 * 128; };
   const int64_t n = pad(w.hf_shape[0]), k = pad(w.hf_shape[1]);
   std::vector<StoredTensor> out;
   auto part = [&](std::string suffix, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int kind) {
-    out.push_back(stored(base + suffix, dtype, std::move(shape), row_len, weight));
+    out.push_back(stored(base + suffix, dtype, std::move(shape), row_len, weight, writer));
     out.back().exl3_part = kind;
   };
   part(".trellis", "I16", {k / 16, n / 16, 16 * int64_t(K)}, 16 * int64_t(K), StoredTensor::kExl3Trellis);
@@ -204,6 +217,25 @@ Mix parse_mix(const std::string& name) {
 }
 
 const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : mix == Mix::Bf16 ? "bf16" : "exl3-2"; }
+const char* mix_writer(Mix mix) { return mix == Mix::GgufIq2 ? "gguf" : "safetensors"; }
+
+std::shared_ptr<const Writer> find_writer(const std::string& name) {
+  static std::mutex mu;
+  static std::unique_ptr<PluginRegistry> reg;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!reg) {
+    auto r = std::make_unique<PluginRegistry>();
+    r->load_default();
+    reg = std::move(r);
+  }
+  const auto names = reg->names(TANDEM_KIND_WRITER);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    fail("synth: no loaded plugin provides the '", name, "' writer (writers: ", list.empty() ? "none" : list, ")");
+  }
+  return reg->writer(name);
+}
 
 int64_t Weight::numel() const {
   int64_t n = 1;
@@ -220,27 +252,30 @@ Plan make_plan(const ModelDesc& desc, Mix mix) {
   Plan p;
   p.desc = desc;
   p.mix = mix;
+  p.writer = find_writer(mix_writer(mix));
+  const Writer& writer = *p.writer;
   p.weights = Planner(desc).weights();
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const Weight& w = p.weights[wi];
     if (mix == Mix::GgufIq2) {
-      const std::string type = gguf::ggml_type_info(gguf_type(w.role, w.fan_in))->name;
-      p.tensors.push_back(stored(w.gguf_name, type, w.ne, w.fan_in, int(wi)));
-      if (type == "NVFP4") {
+      const std::string type = gguf_type(w.role, w.fan_in, writer);
+      p.tensors.push_back(stored(w.gguf_name, type, w.ne, w.fan_in, int(wi), writer));
+      if (writer.companion_scale(type, 1.0)) {  // NVFP4: a per-tensor F32 `.scale` beside the blocks
         const std::string base = w.gguf_name.substr(0, w.gguf_name.size() - std::string(".weight").size());
-        p.tensors.push_back(stored(base + ".scale", "F32", {1}, 1, int(wi)));
+        p.tensors.push_back(stored(base + ".scale", "F32", {1}, 1, int(wi), writer));
         p.tensors.back().scale = true;
+        p.tensors.back().scale_of = type;
       }
     } else if (mix == Mix::Exl3_2 && exl3_bits(w.role) > 0) {
       for (int e = 0; e < std::max(w.n_experts, 1); ++e)
-        for (StoredTensor& s : exl3_tensors(w, w.expert_name(w.hf_name, e), int(wi))) {
+        for (StoredTensor& s : exl3_tensors(w, w.expert_name(w.hf_name, e), int(wi), writer)) {
           if (w.n_experts > 0) s.expert = e;
           p.tensors.push_back(std::move(s));
         }
     } else {
       const std::string type = w.role == Role::RouterBias ? "F32" : "BF16";
       for (int e = 0; e < std::max(w.n_experts, 1); ++e) {
-        p.tensors.push_back(stored(w.expert_name(w.hf_name, e), type, w.hf_shape, w.hf_shape.back(), int(wi)));
+        p.tensors.push_back(stored(w.expert_name(w.hf_name, e), type, w.hf_shape, w.hf_shape.back(), int(wi), writer));
         if (w.n_experts > 0) p.tensors.back().expert = e;
       }
     }

@@ -6,10 +6,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tandem/model_config.h"
+#include "tandem/writer.h"
 
 namespace tandem::synth {
 
@@ -21,9 +23,15 @@ namespace tandem::synth {
 // § 5.10): routed experts K=2; Mamba, attention, latent, shared (and dense MLP) projections K=4;
 // lm_head K=6; mul1 codebook; random trellis words (every word stream is a valid tail-biting trellis),
 // suh = ±std and svh = ±1 so that W has the initializer's scale; the rest as in bf16.
+// Types are named as strings; the container's Writer (plugin "gguf" or "safetensors", found by name
+// through the registry) knows their block geometry and makes random blocks of its quantized types.
 enum class Mix { GgufIq2, Bf16, Exl3_2 };
 Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2"; errors list the names
 const char* mix_name(Mix mix);
+const char* mix_writer(Mix mix);         // the Writer a mix's files are written with: "gguf", "safetensors"
+// The Writer of that name from the plugins (loaded once, TANDEM_PLUGIN_PATH and the default folder).
+// Error: no loaded plugin provides it (the message lists those that do).
+std::shared_ptr<const Writer> find_writer(const std::string& name);
 
 // What a weight is for: decides its type in a mix and which weights a decode step reads.
 enum class Role { Embedding, Head, Norm, MambaProj, MambaVector, Attention, Latent, Router, RouterBias, Routed, Shared, Mlp };
@@ -62,7 +70,8 @@ struct Weight {
 struct StoredTensor {
   std::string name;            // as stored
   std::string dtype;           // "IQ2_XXS", "NVFP4", "Q8_0", "F32", "BF16", …
-  int ggml_type = -1;          // GGUF mix
+  int type_order = -1;         // the order pools of this type are made in (see synth_plan.cpp)
+  int64_t block_elems = 1;     // the type's block along the row
   std::vector<int64_t> shape;  // as stored: ggml ne (GGUF) or PyTorch (safetensors)
   int64_t row_len = 0;         // elements per row (the contiguous dimension)
   int64_t rows = 0;
@@ -70,7 +79,8 @@ struct StoredTensor {
   size_t nbytes = 0;
   int weight = -1;             // index into Plan::weights
   int expert = -1;             // safetensors: which routed expert
-  bool scale = false;          // the NVFP4 per-tensor scale of `weight`
+  bool scale = false;          // the per-tensor scale (NVFP4's) of `weight`, stored as `scale_of`
+  std::string scale_of;        // the dtype whose companion scale this is
   int exl3_part = kExl3None;   // exl3 mix: which tensor of the EXL3 linear this is
   enum : int { kExl3None = 0, kExl3Trellis, kExl3Suh, kExl3Svh, kExl3Mul1 };
 };
@@ -87,6 +97,7 @@ struct Totals {
 struct Plan {
   ModelDesc desc;
   Mix mix;
+  std::shared_ptr<const Writer> writer;  // mix_writer(mix)
   std::vector<Weight> weights;
   std::vector<StoredTensor> tensors;
   Totals totals;

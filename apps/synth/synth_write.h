@@ -1,5 +1,6 @@
-// Writing synthetic models to disk, streamed: a GGUF file in llama.cpp's names, keys and types
-// (gguf-iq2), or an HF folder (bf16 and exl3-2: config.json, model-0000i-of-0000n.safetensors shards and
+// Writing synthetic models to disk, streamed through the mix's Writer (tandem/writer.h): a GGUF file in
+// llama.cpp's names, keys and types (gguf-iq2; the gguf writer describes the ModelDesc in its keys), or
+// an HF folder (bf16 and exl3-2: config.json, model-0000i-of-0000n.safetensors shards and
 // model.safetensors.index.json). Tensor bytes are made in chunks as they are written, so memory stays
 // at a chunk per thread whatever the model's size. Every tensor gets its own random numbers.
 // Owner: the caller owns the plan. Thread: one caller (generation fans out over the core's worker
@@ -9,18 +10,17 @@
 #include <functional>
 #include <string>
 
-#include "formats/gguf/gguf_metadata.h"
 #include "synth_plan.h"
+#include "tandem/writer.h"
 
 namespace tandem::synth {
 
 // Called with (bytes written, bytes in all) now and then.
 using Progress = std::function<void(size_t, size_t)>;
 
-// The GGUF metadata of a gguf-iq2 plan: general.*, nemotron_h_moe.* (per-layer expert counts and
-// widths as arrays when the MoE layers differ, scalars when they do not) and tokenizer.* (a
-// byte-level BPE vocabulary of the model's size: 1000 special tokens, the 256 bytes, then fillers).
-gguf::Metadata gguf_metadata(const Plan& plan, const std::string& name);
+// The vocabulary a gguf-iq2 file carries: byte-level BPE of the model's size (1000 special tokens, the
+// 256 bytes, then fillers).
+Vocabulary synthetic_vocabulary(const ModelDesc& desc);
 
 // config.json of an HF mix: the model's config, plus exllamav3's quantization_config for exl3-2.
 std::string plan_config_json(const Plan& plan);

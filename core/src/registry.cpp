@@ -10,10 +10,12 @@
 #include <spdlog/spdlog.h>
 
 #include "tandem/backend.h"
+#include "tandem/converter.h"
 #include "tandem/error.h"
 #include "tandem/layer.h"
 #include "tandem/speculator.h"
 #include "tandem/weights.h"
+#include "tandem/writer.h"
 
 namespace fs = std::filesystem;
 
@@ -26,6 +28,8 @@ const char* kind_name(uint32_t k) {
     case TANDEM_KIND_FORMAT: return "format";
     case TANDEM_KIND_LAYER: return "layer";
     case TANDEM_KIND_SPECULATOR: return "speculator";
+    case TANDEM_KIND_WRITER: return "writer";
+    case TANDEM_KIND_CONVERTER: return "converter";
   }
   return "unknown";
 }
@@ -155,7 +159,7 @@ void PluginRegistry::load_file(const std::string& path) {
     std::string name = p.name ? p.name : "", dev = p.device ? p.device : "";
     check(!name.empty() && p.create && p.destroy, "plugin '", path, "': provider ", i,
           " is incomplete (name, create and destroy are required)");
-    check(p.kind >= TANDEM_KIND_BACKEND && p.kind <= TANDEM_KIND_SPECULATOR, "plugin '", path,
+    check(p.kind >= TANDEM_KIND_BACKEND && p.kind <= TANDEM_KIND_CONVERTER, "plugin '", path,
           "': provider '", name, "' has unknown kind ", p.kind);
     for (const auto& q : impl_->providers)
       if (q.info.kind == p.kind && q.info.name == name && q.info.device == dev)
@@ -222,6 +226,20 @@ std::shared_ptr<WeightFormat> PluginRegistry::format(const std::string& name, co
 std::shared_ptr<SpeculatorFactory> PluginRegistry::speculator(const std::string& name, const std::string& device) {
   auto o = create(TANDEM_KIND_SPECULATOR, name, device);
   return std::shared_ptr<SpeculatorFactory>(o, static_cast<SpeculatorFactory*>(o.get()));
+}
+std::shared_ptr<Writer> PluginRegistry::writer(const std::string& name) {
+  auto o = create(TANDEM_KIND_WRITER, name, "");
+  return std::shared_ptr<Writer>(o, static_cast<Writer*>(o.get()));
+}
+std::shared_ptr<Converter> PluginRegistry::converter(const std::string& name) {
+  auto o = create(TANDEM_KIND_CONVERTER, name, "");
+  return std::shared_ptr<Converter>(o, static_cast<Converter*>(o.get()));
+}
+std::vector<std::string> PluginRegistry::names(tandem_kind kind) const {
+  std::vector<std::string> out;
+  for (const auto& p : impl_->providers)
+    if (p.info.kind == kind && std::find(out.begin(), out.end(), p.info.name) == out.end()) out.push_back(p.info.name);
+  return out;
 }
 std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> PluginRegistry::formats(const std::string& device) {
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> out;

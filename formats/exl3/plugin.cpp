@@ -1,4 +1,5 @@
-// Entry point of libtandem-exl3.so: one format provider, device-neutral by name (CPU kernels).
+// Entry point of libtandem-exl3.so: the format (device-neutral by name, CPU kernels) and its converter.
+#include "formats/exl3/converter.h"
 #include "formats/exl3/exl3_format.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"
@@ -6,8 +7,10 @@
 namespace {
 
 using Factory = tandem::Factory<tandem::WeightFormat, tandem::exl3::Exl3Format>;
+using ConverterFactory = tandem::Factory<tandem::Converter, tandem::exl3::Exl3Converter>;
 const tandem_provider kProviders[] = {
     {TANDEM_KIND_FORMAT, "exl3", "", &Factory::create, &Factory::destroy},
+    {TANDEM_KIND_CONVERTER, "exl3", "", &ConverterFactory::create, &ConverterFactory::destroy},
 };
 
 }  // namespace

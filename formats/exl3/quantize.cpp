@@ -132,10 +132,10 @@ double encode_tile_greedy(const float target[256], int K, Codebook cb, uint16_t 
   return tile_error(vals, target, states);
 }
 
-std::vector<safetensors::TensorLayout> linear_layout(int64_t out_features, int64_t in_features, int K, Codebook cb,
-                                                     const std::string& prefix) {
+std::vector<TensorSpec> linear_layout(int64_t out_features, int64_t in_features, int K, Codebook cb,
+                                       const std::string& prefix) {
   const int64_t k = (in_features + kHad - 1) / kHad * kHad, n = (out_features + kHad - 1) / kHad * kHad;
-  std::vector<safetensors::TensorLayout> out = {{prefix + ".trellis", "I16", {k / kTile, n / kTile, int64_t(kTile) * K}},
+  std::vector<TensorSpec> out = {{prefix + ".trellis", "I16", {k / kTile, n / kTile, int64_t(kTile) * K}},
                                                 {prefix + ".suh", "F16", {k}},
                                                 {prefix + ".svh", "F16", {n}}};
   if (cb == Codebook::kMul1) out.push_back({prefix + ".mul1", "I32", {}});
@@ -143,22 +143,22 @@ std::vector<safetensors::TensorLayout> linear_layout(int64_t out_features, int64
   return out;
 }
 
-std::vector<safetensors::WriteTensor> linear_tensors(const QuantizedLinear& q, const std::string& prefix) {
-  std::vector<safetensors::WriteTensor> out;
+std::vector<PackTensor> linear_tensors(const QuantizedLinear& q, const std::string& prefix) {
+  std::vector<PackTensor> out;
   auto words = [](const std::vector<uint16_t>& v) {
     std::vector<uint8_t> b(v.size() * 2);
     std::memcpy(b.data(), v.data(), b.size());
     return b;
   };
   auto layout = linear_layout(q.out_features, q.in_features, q.K, q.codebook, prefix);
-  out.push_back({layout[0].name, layout[0].dtype, layout[0].shape, words(q.trellis)});
-  out.push_back({layout[1].name, layout[1].dtype, layout[1].shape, words(q.suh)});
-  out.push_back({layout[2].name, layout[2].dtype, layout[2].shape, words(q.svh)});
+  out.push_back({layout[0], words(q.trellis)});
+  out.push_back({layout[1], words(q.suh)});
+  out.push_back({layout[2], words(q.svh)});
   if (layout.size() > 3) {
     uint32_t m = q.codebook == Codebook::kMul1 ? kMul1Marker : kMcgMarker;
     std::vector<uint8_t> b(4);
     std::memcpy(b.data(), &m, 4);
-    out.push_back({layout[3].name, layout[3].dtype, layout[3].shape, b});
+    out.push_back({layout[3], b});
   }
   return out;
 }

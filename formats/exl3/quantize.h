@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "formats/exl3/trellis.h"
-#include "formats/safetensors/safetensors_writer.h"
+#include "tandem/writer.h"
 
 namespace tandem::exl3 {
 
@@ -54,12 +54,17 @@ struct QuantizedLinear {
 QuantizedLinear quantize_linear(const float* w, int64_t out_features, int64_t in_features, const float* h,
                                 const QuantOptions& options);
 
+// A tensor of the pack with its bytes (little-endian, as a safetensors container stores them).
+struct PackTensor : TensorSpec {
+  std::vector<uint8_t> data;
+};
+
 // The pack's tensors of one linear: <prefix>.trellis (I16), .suh, .svh (F16) and the codebook marker
 // (.mul1 / .mcg, 0-dim I32; none for 3inst).
-std::vector<safetensors::WriteTensor> linear_tensors(const QuantizedLinear& q, const std::string& prefix);
+std::vector<PackTensor> linear_tensors(const QuantizedLinear& q, const std::string& prefix);
 // The trellis shape [k/16, n/16, 16K] and the members' layouts, without the data (for headers).
-std::vector<safetensors::TensorLayout> linear_layout(int64_t out_features, int64_t in_features, int K, Codebook cb,
-                                                     const std::string& prefix);
+std::vector<TensorSpec> linear_layout(int64_t out_features, int64_t in_features, int K, Codebook cb,
+                                       const std::string& prefix);
 
 // Codebook by name: "mul1", "mcg", "3inst"; an error lists the names.
 Codebook parse_codebook(const std::string& name);

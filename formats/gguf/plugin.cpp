@@ -1,4 +1,5 @@
-// Entry point of libtandem-gguf.so: one format provider, device-neutral by name.
+// Entry point of libtandem-gguf.so: the format (device-neutral by name) and its container writer.
+#include "gguf_file_writer.h"
 #include "gguf_format.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"
@@ -6,8 +7,10 @@
 namespace {
 
 using Factory = tandem::Factory<tandem::WeightFormat, tandem::gguf::GgufFormat>;
+using WriterFactory = tandem::Factory<tandem::Writer, tandem::gguf::GgufWriter>;
 const tandem_provider kProviders[] = {
     {TANDEM_KIND_FORMAT, "gguf", "", &Factory::create, &Factory::destroy},
+    {TANDEM_KIND_WRITER, "gguf", "", &WriterFactory::create, &WriterFactory::destroy},
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Entry point of libtandem-safetensors.so: one format provider, device-neutral by name.
+// Entry point of libtandem-safetensors.so: the format (device-neutral by name) and its container writer.
+#include "safetensors_file_writer.h"
 #include "safetensors_format.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"
@@ -6,8 +7,10 @@
 namespace {
 
 using Factory = tandem::Factory<tandem::WeightFormat, tandem::safetensors::SafetensorsFormat>;
+using WriterFactory = tandem::Factory<tandem::Writer, tandem::safetensors::SafetensorsWriter>;
 const tandem_provider kProviders[] = {
     {TANDEM_KIND_FORMAT, "safetensors", "", &Factory::create, &Factory::destroy},
+    {TANDEM_KIND_WRITER, "safetensors", "", &WriterFactory::create, &WriterFactory::destroy},
 };
 
 }  // namespace

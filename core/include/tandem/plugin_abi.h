@@ -14,14 +14,17 @@ extern "C" {
 #endif
 
 /* Bump on any change to this header or to the C++ interfaces in core/include/tandem that objects
- * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h). */
-#define TANDEM_PLUGIN_ABI_VERSION 4u
+ * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h, writer.h,
+ * converter.h). 5: writer and converter kinds. */
+#define TANDEM_PLUGIN_ABI_VERSION 5u
 
 enum tandem_kind {
   TANDEM_KIND_BACKEND = 1,    /* object: tandem::Backend */
   TANDEM_KIND_FORMAT = 2,     /* object: tandem::WeightFormat */
   TANDEM_KIND_LAYER = 3,      /* object: tandem::LayerFactory */
-  TANDEM_KIND_SPECULATOR = 4  /* object: tandem::SpeculatorFactory */
+  TANDEM_KIND_SPECULATOR = 4, /* object: tandem::SpeculatorFactory */
+  TANDEM_KIND_WRITER = 5,     /* object: tandem::Writer (optional: a format's container writer) */
+  TANDEM_KIND_CONVERTER = 6   /* object: tandem::Converter (optional: `tandem convert --to NAME`) */
 };
 
 enum tandem_status { TANDEM_OK = 0, TANDEM_ERROR = 1 };

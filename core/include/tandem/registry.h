@@ -16,6 +16,8 @@ class Backend;
 class WeightFormat;
 class LayerFactory;
 class SpeculatorFactory;
+class Writer;
+class Converter;
 
 struct ProviderInfo {
   tandem_kind kind;
@@ -59,6 +61,11 @@ class TANDEM_API PluginRegistry {
   std::shared_ptr<WeightFormat> format(const std::string& name, const std::string& device = "");
   // A drafter's factory for `device`: the one built for that device if loaded, else the device-neutral one.
   std::shared_ptr<SpeculatorFactory> speculator(const std::string& name, const std::string& device = "");
+  // A container writer ("safetensors", "gguf") and a converter ("exl3") by name; device-neutral.
+  std::shared_ptr<Writer> writer(const std::string& name);
+  std::shared_ptr<Converter> converter(const std::string& name);
+  // The names of the providers of a kind, in registration order, each once ("exl3, gguf").
+  std::vector<std::string> names(tandem_kind kind) const;
   // One provider per format name, chosen for `device` as format() does, in registration order.
   std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats(const std::string& device = "");
 

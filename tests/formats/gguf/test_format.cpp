@@ -12,6 +12,7 @@
 #include "tandem/model.h"
 #include "tandem/npy.h"
 #include "tandem/registry.h"
+#include "tandem/writer.h"
 
 namespace tandem::gguf {
 namespace {
@@ -384,17 +385,17 @@ void write_fixture_as_gguf(const std::string& fixture, const std::string& out, i
   write_gguf(out, md, ts);
 }
 
-TEST(GgufPlugin, RegistersOneFormatProvider) {
+TEST(GgufPlugin, RegistersAFormatAndAWriter) {
   PluginRegistry& reg = test::host_plugins();
-  int found = 0;
+  std::vector<tandem_kind> kinds;
   for (const ProviderInfo& p : reg.providers())
     if (p.plugin == "gguf") {
-      ++found;
-      EXPECT_EQ(p.kind, TANDEM_KIND_FORMAT);
+      kinds.push_back(p.kind);
       EXPECT_EQ(p.name, "gguf");
       EXPECT_EQ(p.device, "");
     }
-  EXPECT_EQ(found, 1);
+  EXPECT_EQ(kinds, (std::vector<tandem_kind>{TANDEM_KIND_FORMAT, TANDEM_KIND_WRITER}));
+  EXPECT_EQ(reg.writer("gguf")->extension(), ".gguf");
   EXPECT_EQ(reg.format("gguf")->probe_path("x.gguf"), 100);
 }
 

@@ -14,7 +14,7 @@
 namespace tandem::safetensors {
 namespace {
 
-TEST(SafetensorsPlugin, EntryDescribesOneFormatProvider) {
+TEST(SafetensorsPlugin, EntryDescribesAFormatAndAWriter) {
   std::string path = tandem::test::plugin_dir() + "/libtandem-safetensors.so";
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
@@ -28,11 +28,14 @@ TEST(SafetensorsPlugin, EntryDescribesOneFormatProvider) {
   EXPECT_EQ(desc->abi_version, TANDEM_PLUGIN_ABI_VERSION);
   EXPECT_EQ(desc->struct_size, sizeof(tandem_plugin_desc));
   EXPECT_STREQ(desc->name, "safetensors");
-  ASSERT_EQ(desc->n_providers, 1u);
+  ASSERT_EQ(desc->n_providers, 2u);
   const tandem_provider& p = desc->providers[0];
   EXPECT_EQ(p.kind, uint32_t(TANDEM_KIND_FORMAT));
   EXPECT_STREQ(p.name, "safetensors");
   EXPECT_STREQ(p.device, "");
+  EXPECT_EQ(desc->providers[1].kind, uint32_t(TANDEM_KIND_WRITER));
+  EXPECT_STREQ(desc->providers[1].name, "safetensors");
+  EXPECT_STREQ(desc->providers[1].device, "");
 
   test::TempDir dir;
   write_file(dir.file("m.safetensors"), {make_bf16("x.weight", {1, 2}, {1, 2})});
