@@ -37,9 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace st = tandem::safetensors;
 
-constexpr const char* kUsage =
-    "usage: tandem convert --to exl3 --bits B [--head-bits H] [--other-bits O] [--codebook mul1|mcg|3inst] "
-    "[--calibration FILE] [--rows N] [--seed S] [--threads N] [--force] INPUT_DIR OUTPUT_DIR";
 constexpr uint64_t kShardBytes = 4000000000ull;
 constexpr int64_t kSequenceTokens = 512;
 
@@ -181,26 +178,16 @@ std::string fmt_time(double s) {
 }
 
 Settings parse(const std::vector<std::string>& argv) {
-  const std::set<std::string> options = {"to", "bits", "head-bits", "other-bits", "codebook", "calibration",
-                                         "rows", "seed", "threads"};
-  std::vector<std::string> flags, positional;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      flags.push_back(a);
-      if (a.find('=') == std::string::npos && options.count(a.substr(2)) && i + 1 < argv.size()) flags.push_back(argv[++i]);
-    } else {
-      positional.push_back(a);
-    }
-  }
-  cli::Args a(flags, options, {"force", "verbose"}, "convert");
+  cli::Args a(argv, convert_spec());
+  const std::vector<std::string>& positional = a.positional();
+  const char* kSeeHelp = " (see 'tandem convert --help')";
   check(positional.size() == 2, "tandem convert: expected INPUT_DIR and OUTPUT_DIR, found ", positional.size(),
-        " positional argument", positional.size() == 1 ? "" : "s", "\n", kUsage);
+        " positional argument", positional.size() == 1 ? "" : "s", kSeeHelp);
   Settings s;
   s.input = positional[0], s.output = positional[1];
-  check(a.has("to"), "tandem convert: --to is required (only 'exl3' is supported)\n", kUsage);
+  check(a.has("to"), "tandem convert: --to is required (only 'exl3' is supported)", kSeeHelp);
   check(a.str("to") == "exl3", "tandem convert: --to '", a.str("to"), "' is not supported (only 'exl3')");
-  check(a.has("bits"), "tandem convert: --bits is required\n", kUsage);
+  check(a.has("bits"), "tandem convert: --bits is required", kSeeHelp);
   s.bits = int(a.integer("bits", 0));
   check(s.bits >= 1 && s.bits <= 8, "tandem convert: --bits must be 1..8, found ", a.str("bits"));
   s.head_bits = int(a.integer("head-bits", 6));
@@ -245,6 +232,27 @@ class Progress {
 };
 
 }  // namespace
+
+const CommandSpec& convert_spec() {
+  static const CommandSpec spec{
+      "convert",
+      "Quantize a BF16 safetensors folder to EXL3 (routed experts at --bits; other linears at --other-bits when "
+      "--bits < 4; lm_head at --head-bits). An interrupted run resumes from OUTPUT_DIR.partial.",
+      with_verbose_flag({
+          {"to", "exl3", "the output format (required; only exl3)"},
+          {"bits", "B", "bits per weight of the routed experts, 1..8 (required)"},
+          {"head-bits", "H|16", "lm_head bits, 1..8, or 16 to keep BF16 (default 6)"},
+          {"other-bits", "O", "other linears' bits when B < 4 (default 4)"},
+          {"codebook", "mul1|mcg|3inst", "the trellis codebook (default mul1)"},
+          {"calibration", "FILE", "text whose activations weight the quantization (default: none)"},
+          {"rows", "N", "calibration tokens (default 2048)"},
+          {"seed", "S", "random seed"},
+          {"threads", "N", "worker threads (0: all cores)"},
+          {"force", "", "overwrite OUTPUT_DIR"},
+      }),
+      "INPUT_DIR OUTPUT_DIR", ""};
+  return spec;
+}
 
 int cmd_convert(const std::vector<std::string>& argv) {
   const Settings s = parse(argv);

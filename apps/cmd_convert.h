@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace tandem::cli {
 
 // argv after the subcommand. Returns the process exit status; errors throw (one line).
+// The flags --help lists and the parser accepts.
+const CommandSpec& convert_spec();
 int cmd_convert(const std::vector<std::string>& argv);
 
 }  // namespace tandem::cli
