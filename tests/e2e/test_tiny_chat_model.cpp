@@ -67,6 +67,10 @@ TEST(TinyChatModel, WrongTemplatePathLeavesNothing) {
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_FALSE(fs::exists(dir.string() + ".yaml"));
   EXPECT_TRUE(fs::is_empty(t.root)) << "left behind: " << fs::directory_iterator(t.root)->path();
+  // The same with parent folders to make: none of them stays.
+  ToolRun deep = make_model((t.root / "a" / "b" / "model").string() + " " + missing.string());
+  EXPECT_EQ(deep.status, 1);
+  EXPECT_TRUE(fs::is_empty(t.root));
   // A folder given as the template is refused the same way.
   ToolRun f = make_model(dir.string() + " " + t.root.string());
   EXPECT_EQ(f.status, 1);
@@ -77,7 +81,7 @@ TEST(TinyChatModel, WrongTemplatePathLeavesNothing) {
 TEST(TinyChatModel, ProfileHasAKeyOnlyWhenGiven) {
   if (!fs::exists(kTemplate)) GTEST_SKIP() << "no " << kTemplate;
   TempRoot t;
-  const fs::path dir = t.root / "model";
+  const fs::path dir = t.root / "new" / "model";  // build/e2e/tiny-chat: the parent is made
   ToolRun r = make_model(dir.string() + " " + kTemplate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, dir.string() + ".yaml\n");
@@ -94,5 +98,5 @@ TEST(TinyChatModel, ProfileHasAKeyOnlyWhenGiven) {
   ToolRun bad = make_model(dir.string() + " " + (t.root / "missing.jinja").string());
   EXPECT_EQ(bad.status, 1);
   EXPECT_EQ(slurp(dir / "tokenizer_config.json"), before);
-  EXPECT_EQ(std::distance(fs::directory_iterator(t.root), fs::directory_iterator()), 2);  // model/ and model.yaml, no partial leftovers
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.parent_path()), fs::directory_iterator()), 2);  // model/ and model.yaml, no partial leftovers
 }

@@ -232,15 +232,16 @@ TinyChatModel write_tiny_chat_model(const std::string& dir, const std::string& c
   TinyChatModel m{fs::absolute(fs::path(dir)).lexically_normal().string(), ""};
   while (m.dir.size() > 1 && m.dir.back() == '/') m.dir.pop_back();
   m.profile = m.dir + ".yaml";
-  const fs::path parent = fs::path(m.dir).parent_path();
+  // Missing parent folders are made (build/e2e/ in the README), and removed again on a failure.
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    throw std::runtime_error("tiny chat model: the folder '" + parent.string() + "' for '" + m.dir + "' does not exist");
+  fs::path made;  // the outermost folder this call creates, if any
+  for (fs::path p = fs::path(m.dir).parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) made = p;
 
   // Written under temporary names beside the targets (same file system, so the renames are atomic).
   const std::string suffix = ".partial-" + std::to_string(::getpid());
   const fs::path tmp_dir = m.dir + suffix, tmp_profile = m.profile + suffix;
   try {
+    if (!made.empty()) fs::create_directories(fs::path(m.dir).parent_path());
     fs::remove_all(tmp_dir);
     fs::create_directory(tmp_dir);
     st::write_file((tmp_dir / "model.safetensors").string(), weights(seed));
@@ -259,6 +260,7 @@ TinyChatModel write_tiny_chat_model(const std::string& dir, const std::string& c
   } catch (const std::exception& e) {
     fs::remove_all(tmp_dir, ec);
     fs::remove(tmp_profile, ec);
+    if (!made.empty()) fs::remove_all(made, ec);
     throw std::runtime_error(std::string("tiny chat model: writing '") + m.dir + "' failed: " + e.what());
   }
   return m;
