@@ -13,15 +13,67 @@
 
 namespace tandem::cli {
 
-const std::set<std::string> kModelOptions = {"config", "model",   "device",        "format",
-                                             "threads", "context", "chat-template", "tokenizer"};
+std::vector<Flag> with_verbose_flag(std::vector<Flag> own) {
+  own.push_back({"verbose", "", "debug logging"});
+  return own;
+}
 
-Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& options,
-           const std::set<std::string>& flags, const std::string& command)
-    : command_(command) {
+std::vector<Flag> with_model_flags(std::vector<Flag> own) {
+  const Flag model[] = {
+    {"config", "PROFILE.yaml", "a YAML profile (configs/); flags given win over it"},
+    {"model", "PATH", "a model folder or file (format detected)"},
+    {"device", "cpu|cuda", "where the model runs"},
+    {"format", "NAME|auto", "the checkpoint format (default: detected)"},
+    {"threads", "N", "CPU threads (0: all cores)"},
+    {"context", "N", "the context window in tokens"},
+    {"chat-template", "FILE.jinja", "replaces the model's own chat template"},
+    {"tokenizer", "tokenizer.json", "replaces the model's own tokenizer"},
+  };
+  own.insert(own.end(), std::begin(model), std::end(model));
+  return with_verbose_flag(std::move(own));
+}
+
+std::string usage(const CommandSpec& spec) {
+  std::string out = "usage: tandem " + spec.name + (spec.flags.empty() ? "" : " [options]");
+  if (!spec.positional.empty()) out += " " + spec.positional;
+  out += "\n" + spec.summary + "\n";
+  if (!spec.flags.empty()) out += "\noptions:\n";
+  std::vector<std::string> lefts;
+  size_t width = 0;
+  for (const Flag& f : spec.flags) {
+    lefts.push_back("--" + f.name + (f.value.empty() ? "" : " " + f.value));
+    width = std::max(width, lefts.back().size());
+  }
+  width = std::min<size_t>(width, 32);  // a longer flag pushes only its own help right
+  for (size_t i = 0; i < spec.flags.size(); ++i)
+    out += "  " + lefts[i] + std::string(std::max(width, lefts[i].size()) - lefts[i].size() + 2, ' ') +
+           spec.flags[i].help + "\n";
+  if (!spec.notes.empty()) out += "\n" + spec.notes + (spec.notes.back() == '\n' ? "" : "\n");
+  return out;
+}
+
+Args::Args(const std::vector<std::string>& argv, const CommandSpec& spec) : command_(spec.name) {
+  const std::string& command = spec.name;
+  auto find = [&](const std::string& k) -> const Flag* {
+    for (const Flag& f : spec.flags)
+      if (f.name == k) return &f;
+    return nullptr;
+  };
+  // Help wins over everything else on the line, a mistyped flag included: that is when it is wanted.
+  for (const std::string& a : argv)
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage(spec).c_str(), stdout);
+      std::fflush(stdout);
+      throw HelpShown{};
+    }
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    check(a.rfind("--", 0) == 0 && a.size() > 2, "tandem ", command, ": unexpected argument '", a, "'");
+    if (a.rfind("--", 0) != 0 || a.size() <= 2) {
+      check(!spec.positional.empty(), "tandem ", command, ": unexpected argument '", a, "' (see 'tandem ", command,
+            " --help')");
+      positional_.push_back(a);
+      continue;
+    }
     std::string k = a.substr(2), v;
     bool inline_value = false;
     if (auto eq = k.find('='); eq != std::string::npos) {
@@ -29,17 +81,17 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& op
       k = k.substr(0, eq);
       inline_value = true;
     }
-    if (flags.count(k)) {
+    const Flag* f = find(k);
+    if (!f) fail("tandem ", command, ": unknown option '--", k, "' (see 'tandem ", command, " --help')");
+    if (f->value.empty()) {
       check(!inline_value, "tandem ", command, ": --", k, " takes no value");
       flags_.insert(k);
-    } else if (options.count(k)) {
+    } else {
       if (!inline_value) {
-        check(i + 1 < argv.size(), "tandem ", command, ": --", k, " needs a value");
+        check(i + 1 < argv.size(), "tandem ", command, ": --", k, " needs a value (", f->value, ")");
         v = argv[++i];
       }
       values_[k] = v;
-    } else {
-      fail("tandem ", command, ": unknown option '--", k, "' (see 'tandem help')");
     }
   }
 }

@@ -334,12 +334,40 @@ DraftOptions draft_set(DraftOptions o, const std::vector<std::string>& names, co
 
 }  // namespace
 
+const CommandSpec& bench_spec() {
+  static const CommandSpec spec{
+      "bench",
+      "Decode, verify and prefill speed of a model (--config/--model) or a synthetic one (--synth); context 32768 "
+      "unless given.",
+      with_model_flags({
+          {"synth", "SHAPE", "a synthetic model built in memory (tiny|nano|bolt|super) instead of --model"},
+          {"mix", "M", "the synthetic model's weight mix (gguf-iq2|bf16)"},
+          {"uniform", "", "synthetic: every layer the same kind"},
+          {"seed", "S", "random seed"},
+          {"json", "FILE", "write every number to FILE"},
+          {"decode-tokens", "N", "tokens decoded (default 512)"},
+          {"prompt-tokens", "N", "prompt length before decoding (default 32)"},
+          {"verify-max", "K", "verify passes of 1..K tokens timed (default 15)"},
+          {"verify-reps", "N", "repetitions per verify size (default 5)"},
+          {"prefill", "N,N,...", "prefill lengths timed (default 512,8192,32768)"},
+          {"prefill-budget", "S", "seconds the prefill sizes may take in all"},
+          {"prefill-chunk", "N", "prompt tokens per prefill step (serve's)"},
+          {"profile-layers", "", "time every layer kind"},
+          {"no-profile", "", "skip the per-layer profile"},
+          {"profile-steps", "N", "decode steps the profile times"},
+          {"draft", "SET[:SET...]", "drafted decode of the same prompt per SET (NAME[,NAME...])"},
+          {"draft-k", "K", "verify K drafts every step"},
+          {"draft-max-k", "K", "StairCut's largest K"},
+          {"draft-cost-context", "N", "context at which verify costs are measured"},
+          {"asks", "", "the five-ask protocol of docs/benchmarks.md (needs a chat template)"},
+          {"asks-tokens", "N", "tokens per ask"},
+          {"asks-runs", "N", "runs per ask"},
+      }), "", ""};
+  return spec;
+}
+
 int cmd_bench(const std::vector<std::string>& argv) {
-  auto opts = cli::kModelOptions;
-  opts.insert({"synth", "mix", "seed", "json", "decode-tokens", "prompt-tokens", "verify-max", "verify-reps",
-               "prefill", "prefill-budget", "prefill-chunk", "profile-steps", "draft", "draft-k", "draft-max-k",
-               "draft-cost-context", "asks-tokens", "asks-runs"});
-  cli::Args a(argv, opts, {"uniform", "profile-layers", "no-profile", "verbose", "asks"}, "bench");
+  cli::Args a(argv, bench_spec());
   const bool synthetic = a.has("synth");
   check(synthetic != (a.has("model") || a.has("config")), "tandem bench: give --synth SHAPE, or --model/--config");
   Profile p;

@@ -5,10 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace tandem::cli {
 
 // argv after the subcommand. Prints a table on stdout; --json writes every number. Returns the exit
 // status; errors throw tandem::Error.
+// The flags --help lists and the parser accepts.
+const CommandSpec& bench_spec();
 int cmd_bench(const std::vector<std::string>& argv);
 
 }  // namespace tandem::cli

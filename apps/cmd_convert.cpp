@@ -20,10 +20,6 @@ namespace tandem::cli {
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: tandem convert --to NAME [converter options] [--calibration FILE] [--rows N] [--seed S] [--threads N] "
-    "[--force] INPUT_DIR OUTPUT_DIR";
-
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -58,42 +54,67 @@ class Host final : public ConvertHost {
 
 }  // namespace
 
-int cmd_convert(const std::vector<std::string>& argv) {
-  // --to first: the converter names the options it reads.
+// The common flags, then every loaded converter's own.
+CommandSpec convert_spec(PluginRegistry& reg) {
+  const std::vector<std::string> names = reg.names(TANDEM_KIND_CONVERTER);
   std::string to;
-  bool have_to = false;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--to" && i + 1 < argv.size()) to = argv[i + 1], have_to = true;
-    else if (argv[i].rfind("--to=", 0) == 0) to = argv[i].substr(5), have_to = true;
-  }
+  for (const auto& n : names) to += (to.empty() ? "" : "|") + n;
+  std::vector<Flag> flags = {{"to", to.empty() ? "NAME" : to, "the output format (required; converters: " + joined(names) + ")"}};
+  std::set<std::string> seen = {"to"};
+  for (const auto& n : names)
+    for (const ConverterOption& o : reg.converter(n)->options())
+      if (seen.insert(o.name).second) flags.push_back({o.name, o.value, o.help});
+  for (Flag f : std::vector<Flag>{
+           {"calibration", "FILE", "text whose activations weight the quantization (default: none)"},
+           {"rows", "N", "calibration tokens (default: the converter's)"},
+           {"seed", "S", "random seed"},
+           {"threads", "N", "worker threads (0: all cores)"},
+           {"force", "", "overwrite OUTPUT_DIR"}})
+    flags.push_back(f);
+  return CommandSpec{"convert",
+                     "Convert a BF16 safetensors folder to another format with the converter a plugin offers "
+                     "(EXL3: routed experts at --bits, other linears at --other-bits when --bits < 4, lm_head at "
+                     "--head-bits). An interrupted run resumes from OUTPUT_DIR.partial.",
+                     with_verbose_flag(flags), "INPUT_DIR OUTPUT_DIR", ""};
+}
+
+const CommandSpec& convert_spec() {
+  static const CommandSpec spec = [] {
+    PluginRegistry reg;
+    reg.load_default();
+    return convert_spec(reg);
+  }();
+  return spec;
+}
+
+int cmd_convert(const std::vector<std::string>& argv) {
   PluginRegistry reg;
   reg.load_default();
+  const CommandSpec spec = convert_spec(reg);
+  cli::Args a(argv, spec);
+  const char* kSeeHelp = " (see 'tandem convert --help')";
   const std::vector<std::string> available = reg.names(TANDEM_KIND_CONVERTER);
-  check(have_to, "tandem convert: --to is required (converters: ", joined(available), ")\n", kUsage);
+  check(a.has("to"), "tandem convert: --to is required (converters: ", joined(available), ")", kSeeHelp);
+  const std::string to = a.str("to");
   check(std::find(available.begin(), available.end(), to) != available.end(), "tandem convert: --to '", to,
         "' is not supported (no loaded plugin converts to it; converters: ", joined(available), ")");
   const std::shared_ptr<Converter> converter = reg.converter(to);
-
-  std::set<std::string> options = {"to", "calibration", "rows", "seed", "threads"};
-  const std::vector<std::string> own = converter->options();
-  options.insert(own.begin(), own.end());
-  std::vector<std::string> flags, positional;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      flags.push_back(a);
-      if (a.find('=') == std::string::npos && options.count(a.substr(2)) && i + 1 < argv.size()) flags.push_back(argv[++i]);
-    } else {
-      positional.push_back(a);
-    }
-  }
-  cli::Args a(flags, options, {"force", "verbose"}, "convert");
+  const std::vector<std::string>& positional = a.positional();
   check(positional.size() == 2, "tandem convert: expected INPUT_DIR and OUTPUT_DIR, found ", positional.size(),
-        " positional argument", positional.size() == 1 ? "" : "s", "\n", converter->usage());
+        " positional argument", positional.size() == 1 ? "" : "s", kSeeHelp);
+
   ConvertRequest r;
   r.input = positional[0], r.output = positional[1];
-  for (const std::string& o : own)
-    if (a.has(o)) r.options[o] = a.str(o);
+  std::set<std::string> own;
+  for (const ConverterOption& o : converter->options()) {
+    own.insert(o.name);
+    if (a.has(o.name)) r.options[o.name] = a.str(o.name);
+  }
+  // Another converter's option given to this one is a mistake, not something to ignore.
+  for (const Flag& f : spec.flags)
+    if (!own.count(f.name) && a.has(f.name) &&
+        !std::set<std::string>{"to", "calibration", "rows", "seed", "threads"}.count(f.name))
+      fail("tandem convert: --", f.name, " is not an option of converter '", to, "'", kSeeHelp);
   converter->validate(r);
   r.calibration = a.str("calibration");
   r.rows = a.integer("rows", 0);

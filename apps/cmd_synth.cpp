@@ -14,8 +14,25 @@
 
 namespace tandem::cli {
 
+const CommandSpec& synth_spec() {
+  static const CommandSpec spec{
+      "synth",
+      "Write a model with random weights in a real shape and weight mix (no model options).",
+      with_verbose_flag({
+          {"shape", "tiny|nano|bolt|super", "the model's shape (required)"},
+          {"uniform", "", "every layer the same kind (for per-layer timing)"},
+          {"mix", "gguf-iq2|bf16", "the weight types (required)"},
+          {"out", "PATH", "the file (gguf) or folder (bf16) to write; or --dry-run"},
+          {"dry-run", "", "print the sizes only, write nothing"},
+          {"seed", "S", "random seed (default 0)"},
+          {"shard-bytes", "N", "largest safetensors shard (default 5e9)"},
+          {"threads", "N", "worker threads (0: all cores)"},
+      }), "", ""};
+  return spec;
+}
+
 int cmd_synth(const std::vector<std::string>& argv) {
-  cli::Args a(argv, {"shape", "mix", "out", "seed", "shard-bytes", "threads"}, {"uniform", "dry-run", "verbose"}, "synth");
+  cli::Args a(argv, synth_spec());
   check(a.has("shape") && a.has("mix") && (a.has("out") || a.flag("dry-run")),
         "tandem synth: --shape, --mix and --out (or --dry-run) are required");
   const synth::Mix mix = synth::parse_mix(a.str("mix"));

@@ -3,9 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace tandem::cli {
 
 // argv after the subcommand. Returns the exit status; errors throw tandem::Error.
+// The flags --help lists and the parser accepts.
+const CommandSpec& synth_spec();
 int cmd_synth(const std::vector<std::string>& argv);
 
 }  // namespace tandem::cli

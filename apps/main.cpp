@@ -23,51 +23,51 @@ using namespace tandem;
 
 namespace {
 
-const char* kUsage = R"(usage: tandem <command> [options]
+const cli::CommandSpec& generate_spec() {
+  static const cli::CommandSpec spec{
+      "generate",
+      "Generate from a prompt (--prompt TEXT or --tokens FILE); the text (or ids) on stdout, speed on stderr.",
+      cli::with_model_flags({
+          {"prompt", "TEXT", "the prompt, through the model's tokenizer"},
+          {"tokens", "FILE", "the prompt as whitespace-separated token ids"},
+          {"max-tokens", "N", "tokens to generate"},
+          {"temperature", "T", "sampling temperature (0: greedy)"},
+          {"top-k", "K", "sample from the K likeliest tokens"},
+          {"top-p", "P", "nucleus sampling"},
+          {"min-p", "P", "drop tokens below P times the likeliest"},
+          {"seed", "S", "sampling seed"},
+          {"print-ids", "", "print token ids instead of text"},
+          {"draft", "NAME[,NAME...]|none", "speculative decoding with these drafters (stats on stderr)"},
+          {"draft-k", "K", "verify K drafts every step instead of letting StairCut pick"},
+      }), "", ""};
+  return spec;
+}
 
-commands:
-  generate  (--prompt TEXT | --tokens FILE) [--max-tokens N] [--temperature T] [--top-k K]
-            [--top-p P] [--min-p P] [--seed S] [--print-ids] [--draft NAME[,NAME…]|none] [--draft-k K]
-            --draft: speculative decoding with these drafters (stats on stderr); --draft-k: verify K drafts
-            every step instead of letting StairCut pick
-  logits    --tokens FILE --out x.npy     float32 logits of every position, [n_tokens, vocab]
-  inspect                                  print the checkpoint's metadata and tensor table
-  plugins                                  list the loaded plugins and what they provide
-  serve     [--host ADDR] [--port N] [--api-key K[,K…]] [--api-key-file FILE] [--metrics-key K]
-            [--served-model-name NAME] [--alias NAME[,NAME…]] [--slots N] [--max-queue N]
-            [--queue-timeout S] [--max-body-bytes N] [--default-max-tokens N] [--prefill-chunk N]
-            [--drain-timeout S] [--sse-ping-interval S] [--strict-fields] [--reasoning-budget N]
-            [--reasoning-budget-message TEXT] [--reasoning-effort none|low|medium|high|…]
-            [--draft NAME[,NAME…]|none] [--draft-k K]
-            OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, exit 0;
-            flags win over the profile's server: and draft: sections
-  synth     --shape tiny|nano|bolt|super [--uniform] --mix gguf-iq2|bf16 (--out PATH | --dry-run)
-            [--seed S]   a model with random weights in a real shape and type mix (no model options)
-  bench     (--config P | --model PATH | --synth SHAPE [--mix M] [--uniform]) [--json FILE]
-            [--decode-tokens N] [--prompt-tokens N] [--verify-max K] [--prefill N,N,…]
-            [--prefill-budget S] [--prefill-chunk N] [--profile-layers | --no-profile]
-            [--draft SET[:SET…]] [--draft-k K] [--draft-max-k K] [--draft-cost-context N]
-            [--asks [--asks-tokens N] [--asks-runs N]]   (context 32768 unless given)
-            --draft: drafted decode of the same prompt per SET (NAME[,NAME…]; test drafters oracle, wrong)
-            --asks: the five-ask protocol of docs/benchmarks.md (needs --model/--config, a chat template)
-  convert   --to exl3 --bits B [--head-bits H|16] [--other-bits O] [--codebook mul1|mcg|3inst]
-            [--calibration FILE] [--rows N] [--seed S] [--threads N] [--force] INPUT_DIR OUTPUT_DIR
-            quantize a BF16 safetensors folder to EXL3 (routed experts at B bits; other linears at O
-            when B < 4; lm_head at H, default 6; an interrupted run resumes from OUTPUT_DIR.partial)
-  help
+const cli::CommandSpec& logits_spec() {
+  static const cli::CommandSpec spec{"logits", "Write the float32 logits of every position, [n_tokens, vocab].",
+                                     cli::with_model_flags({
+                                         {"tokens", "FILE", "the input as whitespace-separated token ids (required)"},
+                                         {"out", "FILE.npy", "where the logits go (required)"},
+                                     }), "", ""};
+  return spec;
+}
 
-model options (every model command):
-  --config PROFILE.yaml | --model PATH    a YAML profile, or a model folder/file (format detected)
-  --device cpu|cuda   --format NAME|auto   --threads N   --context N
-  --tokenizer tokenizer.json   --chat-template FILE.jinja   replace the model's own
-other:
-  --verbose           debug logging
-)";
+const cli::CommandSpec& inspect_spec() {
+  static const cli::CommandSpec spec{"inspect", "Print the checkpoint's metadata and tensor table.",
+                                     cli::with_model_flags({}), "", ""};
+  return spec;
+}
+
+const cli::CommandSpec& plugins_spec() {
+  static const cli::CommandSpec spec{"plugins", "List the loaded plugins and what they provide.",
+                                     cli::with_verbose_flag({}), "", ""};
+  return spec;
+}
 
 std::vector<std::string> rest(int argc, char** argv) { return std::vector<std::string>(argv + 2, argv + argc); }
 
 int cmd_plugins(const std::vector<std::string>& argv) {
-  cli::Args a(argv, {}, {"verbose"}, "plugins");
+  cli::Args a(argv, plugins_spec());
   PluginRegistry reg;
   reg.load_default();
   const char* kinds[] = {"", "backend", "format", "layer", "speculator"};
@@ -79,7 +79,7 @@ int cmd_plugins(const std::vector<std::string>& argv) {
 }
 
 int cmd_inspect(const std::vector<std::string>& argv) {
-  cli::Args a(argv, cli::kModelOptions, {"verbose"}, "inspect");
+  cli::Args a(argv, inspect_spec());
   Profile p = cli::resolve_profile(a);
   PluginRegistry reg;
   reg.load_default();
@@ -88,9 +88,7 @@ int cmd_inspect(const std::vector<std::string>& argv) {
 }
 
 int cmd_generate(const std::vector<std::string>& argv) {
-  auto opts = cli::kModelOptions;
-  opts.insert({"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "draft", "draft-k"});
-  cli::Args a(argv, opts, {"print-ids", "verbose"}, "generate");
+  cli::Args a(argv, generate_spec());
   Profile p = cli::resolve_profile(a);
   check(a.has("prompt") != a.has("tokens"), "tandem generate: give exactly one of --prompt or --tokens");
   // --prompt goes through the model's tokenizer: its side files, or the profile's / --tokenizer's file.
@@ -156,9 +154,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
 }
 
 int cmd_logits(const std::vector<std::string>& argv) {
-  auto opts = cli::kModelOptions;
-  opts.insert({"tokens", "out"});
-  cli::Args a(argv, opts, {"verbose"}, "logits");
+  cli::Args a(argv, logits_spec());
   Profile p = cli::resolve_profile(a);
   check(a.has("tokens") && a.has("out"), "tandem logits: --tokens FILE and --out FILE.npy are required");
   std::vector<int32_t> tokens = cli::read_tokens(a.str("tokens"));
@@ -174,33 +170,63 @@ int cmd_logits(const std::vector<std::string>& argv) {
   return 0;
 }
 
+struct Command {
+  const cli::CommandSpec& (*spec)();
+  int (*run)(const std::vector<std::string>&);
+};
+
+const Command kCommands[] = {
+    {generate_spec, cmd_generate},      {logits_spec, cmd_logits},       {inspect_spec, cmd_inspect},
+    {plugins_spec, cmd_plugins},        {cli::serve_spec, cli::cmd_serve}, {cli::synth_spec, cli::cmd_synth},
+    {cli::bench_spec, cli::cmd_bench},  {cli::convert_spec, cli::cmd_convert},
+};
+
+// The command list, one line each, from the same specs as each command's --help.
+std::string overview() {
+  std::string out = "usage: tandem <command> [options]\n       tandem <command> --help   (that command's flags)\n\ncommands:\n";
+  for (const Command& c : kCommands) {
+    const cli::CommandSpec& s = c.spec();
+    // The summary's first sentence; `tandem CMD --help` has the rest.
+    std::string first = s.summary.substr(0, s.summary.find(". "));
+    out += "  " + s.name + std::string(10 - s.name.size(), ' ') + first + (first.back() == '.' ? "" : ".") + "\n";
+  }
+  out += "  help      this list; `tandem help <command>` for one command\n";
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("tandem"));
   spdlog::set_pattern("%^%l%$: %v");
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(overview().c_str(), stderr);
     return 2;
   }
   std::string cmd = argv[1];
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--verbose") spdlog::set_level(spdlog::level::debug);
   try {
-    if (cmd == "generate") return cmd_generate(rest(argc, argv));
-    if (cmd == "logits") return cmd_logits(rest(argc, argv));
-    if (cmd == "inspect") return cmd_inspect(rest(argc, argv));
-    if (cmd == "plugins") return cmd_plugins(rest(argc, argv));
-    if (cmd == "serve") return cli::cmd_serve(rest(argc, argv));
-    if (cmd == "synth") return cli::cmd_synth(rest(argc, argv));
-    if (cmd == "bench") return cli::cmd_bench(rest(argc, argv));
-    if (cmd == "convert") return cli::cmd_convert(rest(argc, argv));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
+      if (argc == 2) {
+        std::fputs(overview().c_str(), stdout);
+        return 0;
+      }
+      cmd = argv[2];
+      for (const Command& c : kCommands)
+        if (c.spec().name == cmd) {
+          std::fputs(cli::usage(c.spec()).c_str(), stdout);
+          return 0;
+        }
+      std::fprintf(stderr, "error: tandem help: unknown command '%s'\n%s", cmd.c_str(), overview().c_str());
+      return 2;
     }
-    std::fprintf(stderr, "error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    for (const Command& c : kCommands)
+      if (c.spec().name == cmd) return c.run(rest(argc, argv));
+    std::fprintf(stderr, "error: unknown command '%s'\n%s", cmd.c_str(), overview().c_str());
     return 2;
+  } catch (const cli::HelpShown&) {
+    return 0;  // the command's usage is on stdout
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -44,13 +44,41 @@ std::vector<std::string> read_key_file(const std::string& path) {
 
 }  // namespace
 
+const CommandSpec& serve_spec() {
+  static const CommandSpec spec{
+      "serve",
+      "OpenAI-compatible HTTP server (default 127.0.0.1:8000); SIGTERM/SIGINT drain, then exit 0. Flags win over "
+      "the profile's server: and draft: sections.",
+      with_model_flags({
+          {"host", "ADDR|NAME", "address or host name to listen on (default 127.0.0.1; localhost is loopback)"},
+          {"port", "N", "TCP port (default 8000; 0 picks a free one)"},
+          {"api-key", "K[,K...]", "keys clients must send (Bearer or x-api-key); replaces TANDEM_API_KEY"},
+          {"api-key-file", "FILE", "more keys, one a line (# comments)"},
+          {"metrics-key", "K", "key /metrics needs (default: public)"},
+          {"served-model-name", "NAME", "the model id in /v1/models (default: the model folder's name)"},
+          {"alias", "NAME[,NAME...]", "more ids the model answers to"},
+          {"slots", "N", "requests generated at once (default 1)"},
+          {"max-queue", "N", "requests waiting for a slot before 503 queue_full (default 8)"},
+          {"queue-timeout", "S", "seconds a request may wait for a slot before 429 (default 240)"},
+          {"max-body-bytes", "N", "largest request body; larger ones get 413 (default 32 MiB)"},
+          {"default-max-tokens", "N", "max_tokens of a request that sets none"},
+          {"prefill-chunk", "N", "prompt tokens per prefill step"},
+          {"drain-timeout", "S", "seconds running requests may take after SIGTERM (default 60)"},
+          {"sse-ping-interval", "S", "keep-alive comment on a silent stream every S seconds (default 5; 0: off)"},
+          {"strict-fields", "", "refuse request fields tandem ignores (400) instead of accepting them"},
+          {"reasoning-budget", "N", "reasoning tokens before the think block is closed (-1: unlimited)"},
+          {"reasoning-budget-message", "TEXT", "text injected before the close when the budget is spent"},
+          {"reasoning-effort", "none|low|medium|high", "default thinking mode of chat requests"},
+          {"draft", "NAME[,NAME...]|none", "speculative decoding with these drafters"},
+          {"draft-k", "K", "verify K drafts every step instead of letting StairCut pick"},
+      }),
+      "",
+      "Environment: TANDEM_API_KEY=K[,K...] (replaced by --api-key)."};
+  return spec;
+}
+
 int cmd_serve(const std::vector<std::string>& argv) {
-  auto opts = cli::kModelOptions;
-  opts.insert({"host", "port", "api-key", "api-key-file", "metrics-key", "served-model-name", "alias", "slots",
-               "max-queue", "queue-timeout", "max-body-bytes", "default-max-tokens", "prefill-chunk", "drain-timeout",
-               "sse-ping-interval", "reasoning-budget", "reasoning-budget-message", "reasoning-effort", "draft",
-               "draft-k"});
-  cli::Args a(argv, opts, {"strict-fields", "verbose"}, "serve");
+  cli::Args a(argv, serve_spec());
   Profile p = cli::resolve_profile(a);
   const ServerProfile& ps = p.server;
 

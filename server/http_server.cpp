@@ -2,7 +2,9 @@
 // model load and the drain on SIGTERM/SIGINT.
 #include "http_server.h"
 
+#include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <sys/socket.h>
@@ -54,11 +56,16 @@ bool key_ok(const std::vector<std::string>& keys, const Request& req) {
   return ok;
 }
 
+bool expects_continue(const Request& req) {
+  auto it = req.find(http::field::expect);
+  return req.version() >= 11 && it != req.end() && beast::iequals(it->value(), "100-continue");
+}
+
 ApiError invalid_key() {
   return ApiError{401, "authentication_error", "invalid_api_key", "", "Invalid API key", {}};
 }
 
-enum class RouteId { chat, completions, models, health, metrics, tokenize, detokenize, apply_template, slots, props };
+enum class RouteId { chat, completions, models, model, health, metrics, tokenize, detokenize, apply_template, slots, props };
 
 struct Route {
   const char* path;
@@ -80,6 +87,24 @@ const Route kRoutes[] = {
     {"/slots", http::verb::get, RouteId::slots},
     {"/props", http::verb::get, RouteId::props},
 };
+
+// GET /v1/models/{id} (and /models/{id}): the id is the rest of the path, percent-decoded, since a
+// served name may hold a '/' (org/model) that clients send as is or as %2F.
+const char* const kModelPrefixes[] = {"/v1/models/", "/models/"};
+
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) && hex(s[i + 2])) {
+      out += char(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 std::string drafter_label(const DraftOptions& d) {
   std::string s;
@@ -248,7 +273,16 @@ net::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     parser.header_limit(64 * 1024);
     beast::error_code ec;
     stream.expires_after(kIdleTimeout);
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+    // The header first: an over-limit Content-Length fails here (body_limit) before any of the body
+    // is read, and a client that sent `Expect: 100-continue` waits for our 100 before sending it.
+    co_await http::async_read_header(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+    if (!ec && !parser.is_done()) {
+      if (expects_continue(parser.get())) {
+        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+        co_await http::async_write(stream, go_on, net::redirect_error(use_awaitable, ec));
+      }
+      if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+    }
     stream.expires_never();
     std::string request_id = random_id("req-");
     if (ec == http::error::body_limit || ec == http::error::header_limit) {
@@ -297,6 +331,14 @@ net::awaitable<bool> HttpServer::Impl::dispatch(Connection& c, const Request& re
       path_known = true;
       if (req.method() == r.verb) route = &r;
     }
+  static const Route kModelRoute{"/v1/models/{id}", http::verb::get, RouteId::model};
+  std::string model_id;
+  for (const char* prefix : kModelPrefixes)
+    if (!path_known && path.rfind(prefix, 0) == 0 && path.size() > std::strlen(prefix)) {
+      path_known = true;
+      model_id = percent_decode(path.substr(std::strlen(prefix)));
+      if (req.method() == http::verb::get) route = &kModelRoute;
+    }
   std::optional<ApiError> refuse;
   Reply reply;
   if (!path_known) {
@@ -306,6 +348,7 @@ net::awaitable<bool> HttpServer::Impl::dispatch(Connection& c, const Request& re
                       "method " + std::string(req.method_string()) + " is not allowed on " + path, {}};
     for (const Route& r : kRoutes)
       if (path == r.path) refuse->headers.emplace_back("Allow", std::string(http::to_string(r.verb)));
+    if (!model_id.empty()) refuse->headers.emplace_back("Allow", "GET");
   }
   const Phase phase = state.phase.load();
   if (!refuse && route->id != RouteId::health) {
@@ -316,7 +359,9 @@ net::awaitable<bool> HttpServer::Impl::dispatch(Connection& c, const Request& re
     else if (phase == Phase::loading || phase == Phase::failed) {
       state.metrics.refused("loading");
       refuse = unavailable("loading", phase == Phase::loading ? "Loading model" : "the model failed to load", 5);
-    } else if (phase == Phase::draining && (route->id == RouteId::chat || route->id == RouteId::completions)) {
+    } else if (phase == Phase::draining) {
+      // New requests during the grace period get a 503 the client can retry elsewhere; /health
+      // answers its own 503 {"status":"draining"} below.
       state.metrics.refused("draining");
       refuse = unavailable("draining", "the server is shutting down", 30);
     }
@@ -332,6 +377,7 @@ net::awaitable<bool> HttpServer::Impl::dispatch(Connection& c, const Request& re
       case RouteId::completions:
         co_return co_await route_generate(state, c, req, route->id == RouteId::chat, request_id);
       case RouteId::models: reply = route_models(state); break;
+      case RouteId::model: reply = route_model(state, model_id); break;
       case RouteId::health: reply = route_health(state); break;
       case RouteId::metrics: reply = route_metrics(state); break;
       case RouteId::tokenize: reply = route_tokenize(state, req.body()); break;
@@ -398,8 +444,8 @@ void HttpServer::Impl::begin_drain() {
     return;
   }
   state.phase = Phase::draining;
-  beast::error_code ec;
-  acceptor.close(ec);
+  // The listener stays open for the grace period: a new connection gets a 503 with Retry-After
+  // (spec/server.md, Shutdown) rather than a refused connect; drain_wait closes it at the end.
   if (state.scheduler) state.scheduler->close();
   spdlog::info("draining: {} request(s) running, up to {:.0f} s", state.active_requests.load(), state.options.drain_timeout_s);
   net::co_spawn(ioc, drain_wait(), net::detached);
@@ -421,6 +467,8 @@ net::awaitable<void> HttpServer::Impl::drain_wait() {
     if (state.scheduler) state.scheduler->cancel_all();
     co_await wait_idle(Clock::now() + std::chrono::seconds(5));
   }
+  beast::error_code ec;
+  acceptor.close(ec);
   ioc.stop();
 }
 
@@ -440,9 +488,23 @@ void HttpServer::start() {
   Impl& im = *impl_;
   const ServerOptions& o = im.state.options;
   beast::error_code ec;
-  auto addr = net::ip::make_address(o.host, ec);
-  check(!ec, "--host '", o.host, "' is not an IP address: ", ec.message());
-  tcp::endpoint ep(addr, o.port);
+  tcp::endpoint ep(net::ip::make_address(o.host, ec), o.port);
+  if (ec) {
+    // A host name: bind to what it resolves to, an IPv4 address first (localhost → 127.0.0.1, which
+    // is what clients that say "localhost" usually reach first).
+    tcp::resolver resolver(im.ioc);
+    auto found = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    check(!ec && !found.empty(), "--host '", o.host, "' is neither an IP address nor a host name that resolves: ",
+          ec ? ec.message() : "no addresses");
+    ep = found.begin()->endpoint();
+    for (const auto& e : found)
+      if (e.endpoint().address().is_v4()) {
+        ep = e.endpoint();
+        break;
+      }
+    spdlog::debug("--host '{}' resolves to {}", o.host, ep.address().to_string());
+  }
+  const net::ip::address addr = ep.address();
   im.acceptor.open(ep.protocol(), ec);
   if (!ec) im.acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) im.acceptor.bind(ep, ec);

@@ -22,7 +22,7 @@ class TextCodec;
 namespace tandem::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";           // an address or a host name ("localhost")
   uint16_t port = 8000;                     // 0 = any free port (tests)
   std::vector<std::string> api_keys;        // empty = no key needed
   std::string metrics_key;                  // empty = /metrics is public
@@ -65,10 +65,12 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens (errors name host:port), then starts the io thread and the model load.
+  // Resolves the host (an address or a name), binds and listens (errors name host:port), then starts
+  // the io thread and the model load.
   void start();
   uint16_t port() const;
-  // Stop accepting, let running requests finish for up to drain_timeout_s, cancel the rest, stop.
+  // Let running requests finish for up to drain_timeout_s while every new request (still accepted)
+  // gets 503 draining with Retry-After; then cancel the rest and stop. What SIGTERM/SIGINT do.
   void drain();
   // Blocks until the server stopped: 0 after a drain, 1 when the model failed to load.
   int wait();

@@ -90,6 +90,12 @@ void Metrics::refused(const std::string& reason) {
 }
 
 void Metrics::finished(const std::string& reason) {
+  if (reason != "abort" && reason != "error") return;  // request_finished() counts the rest
+  std::lock_guard lk(mu_);
+  ++finished_[reason];
+}
+
+void Metrics::request_finished(const std::string& reason) {
   std::lock_guard lk(mu_);
   ++finished_[reason];
 }

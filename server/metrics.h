@@ -35,7 +35,11 @@ class Metrics : public SchedulerEvents {
 
   void http_response(int status);
   void refused(const std::string& reason) override;                 // queue_full, loading, draining
-  void finished(const std::string& reason) override;                // stop, length, tool_calls, abort, error
+  // The scheduler's end of a request: counts only abort and error, the ends the HTTP layer may
+  // never see (the client left). stop and length are counted by request_finished() instead, once
+  // the route knows the reason the client gets (a stop that ended a tool call is tool_calls).
+  void finished(const std::string& reason) override;
+  void request_finished(const std::string& reason);                 // stop, length, tool_calls
   void tokens(int64_t prompt, int64_t generated) override;
   void time_to_first_token(double s) override;
   void inter_token_latency(double s) override;

@@ -77,6 +77,8 @@ class Connection {
 // Routes that answer at once (routes_info.cpp). `query` is the part after '?'.
 Reply route_health(ServerState& s);
 Reply route_models(ServerState& s);
+// GET /v1/models/{id}: the list's object for the served name or an alias; 404 model_not_found else.
+Reply route_model(ServerState& s, const std::string& id);
 Reply route_metrics(ServerState& s);
 Reply route_tokenize(ServerState& s, const std::string& body);
 Reply route_detokenize(ServerState& s, const std::string& body);

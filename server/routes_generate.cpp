@@ -136,6 +136,10 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
     return raw;
   };
   auto cause = [](const JobOutput& o) { return o.finish_reason == "length" ? FinishCause::length : FinishCause::stop; };
+  // request_success_total counts the reason the client is told; the scheduler counted abort/error.
+  auto count_finish = [&](const JobOutput& o, const std::string& reason) {
+    if (o.done && !o.error && o.finish_reason != "abort") s.metrics.request_finished(reason);
+  };
   auto wait = [&]() -> net::awaitable<void> {
     signal->expires_after(kPollInterval);
     beast::error_code ec;
@@ -168,8 +172,10 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
         reason = parser.finish(cause(out));
       }
       body = chat_response(head, g.raw_output ? raw : parser.message(), reason, out.usage, out.timings);
+      count_finish(out, reason);
     } else {
       body = completion_response(head, text, send_tokens ? &tokens : nullptr, out.finish_reason, out.usage, out.timings);
+      count_finish(out, out.finish_reason);
     }
     Reply reply = json_reply(std::move(body));
     co_return co_await c.send(req, reply, request_id);
@@ -209,6 +215,7 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
     if (ok) co_await wait();
   }
   if (!ok) {
+    count_finish(out, out.finish_reason);  // the end came, but the client left before reading it
     job->cancel(Job::Cancel::client_gone);
     co_return false;
   }
@@ -228,6 +235,7 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
       if (!(ok = co_await c.sse_data(event))) break;
     }
   }
+  count_finish(out, reason);
   event = chat ? chat_chunk_finish(head, reason, usage_null)
                : completion_chunk(head, "", nullptr, reason.c_str(), usage_null);
   if (ok) ok = co_await c.sse_data(event);

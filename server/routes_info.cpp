@@ -70,6 +70,26 @@ Reply route_health(ServerState& s) {
   return r;
 }
 
+namespace {
+
+std::vector<std::string> served_names(const ServerState& s) {
+  std::vector<std::string> names{s.model_name};
+  names.insert(names.end(), s.options.aliases.begin(), s.options.aliases.end());
+  return names;
+}
+
+void model_object(JsonWriter& w, const ServerState& s, const std::string& id) {
+  w.StartObject();
+  w.Key("id"), str(w, id);
+  w.Key("object"), w.String("model");
+  w.Key("created"), w.Int64(s.created);
+  w.Key("owned_by"), w.String("tandem");
+  w.Key("max_model_len"), w.Int64(s.options.scheduler.context);
+  w.EndObject();
+}
+
+}  // namespace
+
 Reply route_models(ServerState& s) {
   rj::StringBuffer b;
   JsonWriter w(b);
@@ -77,20 +97,22 @@ Reply route_models(ServerState& s) {
   w.Key("object"), w.String("list");
   w.Key("data");
   w.StartArray();
-  std::vector<std::string> names{s.model_name};
-  names.insert(names.end(), s.options.aliases.begin(), s.options.aliases.end());
-  for (const auto& n : names) {
-    w.StartObject();
-    w.Key("id"), str(w, n);
-    w.Key("object"), w.String("model");
-    w.Key("created"), w.Int64(s.created);
-    w.Key("owned_by"), w.String("tandem");
-    w.Key("max_model_len"), w.Int64(s.options.scheduler.context);
-    w.EndObject();
-  }
+  for (const auto& n : served_names(s)) model_object(w, s, n);
   w.EndArray();
   w.EndObject();
   return json_reply(text(b));
+}
+
+Reply route_model(ServerState& s, const std::string& id) {
+  for (const auto& n : served_names(s))
+    if (n == id) {
+      rj::StringBuffer b;
+      JsonWriter w(b);
+      model_object(w, s, n);
+      return json_reply(text(b));
+    }
+  return error_reply(ApiError{404, "not_found_error", "model_not_found", "model",
+                              "The model '" + id + "' does not exist; this server serves '" + s.model_name + "'", {}});
 }
 
 Reply route_metrics(ServerState& s) {

@@ -34,9 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kUsage =
-    "usage: tandem convert --to exl3 --bits B [--head-bits H] [--other-bits O] [--codebook mul1|mcg|3inst] "
-    "[--calibration FILE] [--rows N] [--seed S] [--threads N] [--force] INPUT_DIR OUTPUT_DIR";
 constexpr uint64_t kShardBytes = 4000000000ull;
 constexpr int64_t kSequenceTokens = 512;
 
@@ -198,7 +195,7 @@ long long option_int(const ConvertRequest& r, const std::string& name, long long
 Settings settings(const ConvertRequest& r) {
   Settings s;
   s.input = r.input, s.output = r.output;
-  check(r.options.count("bits"), "tandem convert: --bits is required\n", kUsage);
+  check(r.options.count("bits"), "tandem convert: --bits is required (see 'tandem convert --help')");
   s.bits = int(option_int(r, "bits", 0));
   check(s.bits >= 1 && s.bits <= 8, "tandem convert: --bits must be 1..8, found ", option(r, "bits"));
   s.head_bits = int(option_int(r, "head-bits", 6));
@@ -240,8 +237,14 @@ class Progress {
 
 }  // namespace
 
-std::vector<std::string> Exl3Converter::options() const { return {"bits", "head-bits", "other-bits", "codebook"}; }
-std::string Exl3Converter::usage() const { return kUsage; }
+std::vector<ConverterOption> Exl3Converter::options() const {
+  return {
+      {"bits", "B", "exl3: bits per weight of the routed experts, 1..8 (required)"},
+      {"head-bits", "H|16", "exl3: lm_head bits, 1..8, or 16 to keep BF16 (default 6)"},
+      {"other-bits", "O", "exl3: other linears' bits when B < 4 (default 4)"},
+      {"codebook", "mul1|mcg|3inst", "exl3: the trellis codebook (default mul1)"},
+  };
+}
 void Exl3Converter::validate(const ConvertRequest& request) const { (void)settings(request); }
 
 void Exl3Converter::convert(const ConvertRequest& request, ConvertHost& host) const {

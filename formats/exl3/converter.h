@@ -9,8 +9,7 @@ namespace tandem::exl3 {
 
 class Exl3Converter final : public Converter {
  public:
-  std::vector<std::string> options() const override;
-  std::string usage() const override;
+  std::vector<ConverterOption> options() const override;
   void validate(const ConvertRequest& request) const override;
   void convert(const ConvertRequest& request, ConvertHost& host) const override;
 };

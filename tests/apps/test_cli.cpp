@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,4 +167,45 @@ TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
   EXPECT_EQ(text.out, utf8_lossy(bytes) + "\n");
   fs::remove_all(dir);
   fs::remove(m.profile);
+}
+
+// Every command's --help (and -h) is its usage on stdout, exit 0: a line naming the command, then its
+// main flags with their help, read from the same table the parser checks flags against.
+TEST(Cli, EveryCommandHasHelp) {
+  const std::map<std::string, std::vector<std::string>> commands = {
+      {"generate", {"--prompt TEXT", "--tokens FILE", "--max-tokens N", "--draft", "--config", "--model PATH"}},
+      {"logits", {"--tokens FILE", "--out FILE.npy", "--model PATH"}},
+      {"inspect", {"--config", "--model PATH"}},
+      {"plugins", {"--verbose"}},
+      {"serve", {"--host", "--port N", "--api-key", "--slots N", "--drain-timeout S", "--model PATH"}},
+      {"synth", {"--shape", "--mix", "--out PATH", "--dry-run"}},
+      {"bench", {"--synth SHAPE", "--decode-tokens N", "--json FILE", "--model PATH"}},
+      {"convert", {"--to exl3", "--bits B", "INPUT_DIR OUTPUT_DIR"}},
+  };
+  for (const auto& [cmd, flags] : commands) {
+    for (const std::string form : {" --help", " -h", " --bogus 1 --help"}) {
+      CliRun r = run(cmd + form);
+      EXPECT_EQ(r.status, 0) << cmd << form << "\n" << r.err;
+      EXPECT_EQ(r.out.rfind("usage: tandem " + cmd, 0), 0u) << cmd << form << "\n" << r.out;
+      for (const auto& f : flags) EXPECT_NE(r.out.find(f), std::string::npos) << cmd << ": no " << f << "\n" << r.out;
+      EXPECT_NE(r.out.find("--verbose"), std::string::npos) << r.out;
+      // One line a flag, each with its help text after the flag.
+      std::stringstream ss(r.out);
+      std::string line;
+      while (std::getline(ss, line))
+        if (line.rfind("  --", 0) == 0) EXPECT_NE(line.find_first_not_of(' ', line.find("  ", 2)), std::string::npos) << line;
+    }
+    // `tandem help CMD` is the same text.
+    EXPECT_EQ(run("help " + cmd).out, run(cmd + " --help").out) << cmd;
+  }
+  for (const std::string top : {"--help", "-h", "help"}) {
+    CliRun r = run(top);
+    EXPECT_EQ(r.status, 0) << top;
+    EXPECT_EQ(r.out.rfind("usage: tandem", 0), 0u) << r.out;
+    for (const auto& [cmd, flags] : commands) EXPECT_NE(r.out.find("\n  " + cmd + " "), std::string::npos) << cmd << "\n" << r.out;
+  }
+  // An unknown flag still fails, pointing at --help.
+  CliRun bad = run("serve --bogus");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("see 'tandem serve --help'"), std::string::npos) << bad.err;
 }

@@ -129,6 +129,14 @@ await check('models.list returns the served name and its alias', async () => {
   assert.deepEqual(ids, [MODEL, 'tiny']);
 });
 
+await check('models.retrieve: the served name and the alias; an unknown id is NotFoundError model_not_found', async () => {
+  const list = [];
+  for await (const m of client.models.list()) list.push(m);
+  assert.deepEqual(await client.models.retrieve(MODEL), list[0]);
+  assert.deepEqual(await client.models.retrieve('tiny'), list[1]);
+  await expectError(client.models.retrieve('gpt-4o'), OpenAI.NotFoundError, 404, 'model_not_found');
+});
+
 let plain;
 await check('chat, thinking off: content, finish_reason, usage that adds up', async () => {
   plain = await client.chat.completions.create({ model: MODEL, messages: user('Say hello.'), max_tokens: 24, temperature: 0, ...OFF });

@@ -2,6 +2,7 @@
 // tests/fixtures/hf/README.md keeps every branch's RMS near 1) and a byte-level BPE tokenizer.
 #include "tiny_chat_model.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#include <unistd.h>
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -93,11 +96,16 @@ std::string tokenizer_json() {
   return std::string(b.GetString(), b.GetSize());
 }
 
-std::string read_text(const std::string& path) {
+std::string read_template(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw std::runtime_error("tiny chat model: chat template '" + path + "' is a folder, expected a .jinja file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("tiny chat model: cannot read chat template '" + path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
+  if (!f.good() && !f.eof()) throw std::runtime_error("tiny chat model: cannot read chat template '" + path + "'");
+  if (ss.str().empty()) throw std::runtime_error("tiny chat model: chat template '" + path + "' is empty");
   return ss.str();
 }
 
@@ -212,21 +220,49 @@ void write_text(const fs::path& p, const std::string& text) {
 
 }  // namespace
 
-TinyChatModel write_tiny_chat_model(const std::string& dir, const std::string& chat_template_path, uint64_t seed) {
-  fs::create_directories(dir);
-  const fs::path d(dir);
-  st::write_file((d / "model.safetensors").string(), weights(seed));
-  write_text(d / "config.json", config_json());
-  write_text(d / "tokenizer.json", tokenizer_json());
-  write_text(d / "tokenizer_config.json", tokenizer_config_json(read_text(chat_template_path)));
-  TinyChatModel m{fs::absolute(d).lexically_normal().string(), ""};
-  while (!m.dir.empty() && m.dir.back() == '/') m.dir.pop_back();
+TinyChatModel write_tiny_chat_model(const std::string& dir, const std::string& chat_template_path,
+                                    const std::string& api_key, uint64_t seed) {
+  if (dir.empty()) throw std::runtime_error("tiny chat model: the output folder is empty");
+  // Inputs first: nothing is written unless all of them are good.
+  const std::string chat_template = read_template(chat_template_path);
+  for (char c : api_key)
+    if (!std::isgraph(static_cast<unsigned char>(c)) || c == '#' || c == '"' || c == '\'')
+      throw std::runtime_error("tiny chat model: api key '" + api_key +
+                               "' must be printable ASCII without spaces, quotes or '#'");
+  TinyChatModel m{fs::absolute(fs::path(dir)).lexically_normal().string(), ""};
+  while (m.dir.size() > 1 && m.dir.back() == '/') m.dir.pop_back();
   m.profile = m.dir + ".yaml";
-  write_text(m.profile, "# Written by the tests (tests/e2e/tiny_chat_model.cpp): the tiny chat model.\n"
-                        "model: " + m.dir + "\nformat: safetensors\ndevice: cpu\nthreads: 1\ncontext: 2048\n"
-                        "max_tokens: 64\nsampling: {temperature: 0.0, seed: 0}\n"
-                        "server:\n  served_model_name: tiny-chat\n  aliases: [tiny]\n  api_key: e2e-key\n"
-                        "  slots: 2\n  default_max_tokens: 64\n");
+  // Missing parent folders are made (build/e2e/ in the README), and removed again on a failure.
+  std::error_code ec;
+  fs::path made;  // the outermost folder this call creates, if any
+  for (fs::path p = fs::path(m.dir).parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) made = p;
+
+  // Written under temporary names beside the targets (same file system, so the renames are atomic).
+  const std::string suffix = ".partial-" + std::to_string(::getpid());
+  const fs::path tmp_dir = m.dir + suffix, tmp_profile = m.profile + suffix;
+  try {
+    if (!made.empty()) fs::create_directories(fs::path(m.dir).parent_path());
+    fs::remove_all(tmp_dir);
+    fs::create_directory(tmp_dir);
+    st::write_file((tmp_dir / "model.safetensors").string(), weights(seed));
+    write_text(tmp_dir / "config.json", config_json());
+    write_text(tmp_dir / "tokenizer.json", tokenizer_json());
+    write_text(tmp_dir / "tokenizer_config.json", tokenizer_config_json(chat_template));
+    std::string server = "server:\n  served_model_name: tiny-chat\n  aliases: [tiny]\n";
+    if (!api_key.empty()) server += "  api_key: " + api_key + "\n";
+    write_text(tmp_profile, "# Written by the tests (tests/e2e/tiny_chat_model.cpp): the tiny chat model.\n"
+                            "model: " + m.dir + "\nformat: safetensors\ndevice: cpu\nthreads: 1\ncontext: 2048\n"
+                            "max_tokens: 64\nsampling: {temperature: 0.0, seed: 0}\n" + server +
+                            "  slots: 2\n  default_max_tokens: 64\n");
+    fs::remove_all(m.dir);
+    fs::rename(tmp_dir, m.dir);
+    fs::rename(tmp_profile, m.profile);
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp_dir, ec);
+    fs::remove(tmp_profile, ec);
+    if (!made.empty()) fs::remove_all(made, ec);
+    throw std::runtime_error(std::string("tiny chat model: writing '") + m.dir + "' failed: " + e.what());
+  }
   return m;
 }
 

@@ -15,11 +15,14 @@ struct TinyChatModel {
   std::string profile;  // <dir>.yaml, next to the folder
 };
 
-// Writes the model into `dir` (created; existing files replaced) and its profile beside it.
+// Writes the model into `dir` (an existing folder is replaced) and its profile beside it. Every input
+// is checked first, and everything is written under temporary names renamed at the end, so a
+// failure leaves neither `dir` nor the profile behind.
 // `chat_template_path`: the Jinja file to ship (NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja).
+// `api_key`: the profile's server.api_key; empty writes none (the server then needs no key).
 // Deterministic: the same seed writes the same bytes.
 TinyChatModel write_tiny_chat_model(const std::string& dir, const std::string& chat_template_path,
-                                    uint64_t seed = 20251129);
+                                    const std::string& api_key = "", uint64_t seed = 20251129);
 
 // Token ids of the tokenizer it writes.
 inline constexpr int kTinyChatVocab = 288;

@@ -52,12 +52,19 @@ struct ConvertRequest {
   bool force = false;                          // replace a non-empty output or a stale partial one
 };
 
+// One --option of a converter, as `tandem convert --help` lists it.
+struct ConverterOption {
+  std::string name;   // without the leading --
+  std::string value;  // its argument, e.g. "B"
+  std::string help;   // one line
+};
+
 class Converter {
  public:
   virtual ~Converter() = default;
-  // The --options (without dashes) this converter reads beyond the common ones, and its usage line.
-  virtual std::vector<std::string> options() const = 0;
-  virtual std::string usage() const = 0;
+  // The --options this converter reads beyond the common ones (--to, --calibration, --rows, --seed,
+  // --threads, --force, INPUT_DIR OUTPUT_DIR).
+  virtual std::vector<ConverterOption> options() const = 0;
   // Checks the request's options before any work (one-line errors naming the option).
   virtual void validate(const ConvertRequest& request) const = 0;
   // Converts; progress on stderr. Errors name the file, tensor or option.

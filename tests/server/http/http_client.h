@@ -31,4 +31,15 @@ std::string read_then_disconnect(uint16_t port, const std::string& target, const
 void send_then_disconnect(uint16_t port, const std::string& target, const std::string& body, const Headers& headers,
                           int wait_ms);
 
+// A request sent as a client that honours `Expect: 100-continue`: the header first, then it waits
+// (up to 10 s) for the server's first response. `interim` is that response's header block; the body
+// goes out only if it is `100 Continue`, and `final` is the answer after it (or the first response
+// itself when that was not a 100).
+struct ContinueResult {
+  std::string interim;
+  HttpResult final;
+};
+ContinueResult request_expect_continue(uint16_t port, const std::string& method, const std::string& target,
+                                       const std::string& body, const Headers& headers = {});
+
 }  // namespace tandem::test
