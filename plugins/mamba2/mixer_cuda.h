@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "mixer_weights.h"
 #include "scan_cpu.h"
 #include "tandem/layer.h"
 

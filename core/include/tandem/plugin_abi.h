@@ -15,7 +15,7 @@ extern "C" {
 
 /* Bump on any change to this header or to the C++ interfaces in core/include/tandem that objects
  * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h). */
-#define TANDEM_PLUGIN_ABI_VERSION 4u
+#define TANDEM_PLUGIN_ABI_VERSION 5u
 
 enum tandem_kind {
   TANDEM_KIND_BACKEND = 1,    /* object: tandem::Backend */
