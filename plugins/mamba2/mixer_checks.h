@@ -49,13 +49,22 @@ S& state_as(LayerState& state, const Dims& dm, const char* what, const char* mad
   return *st;
 }
 
-// commit(last) against the pending pass the state recorded in its own forward().
-inline void check_pending(bool pending, ForwardMode mode, int n, int64_t pos0, const ForwardInfo& last) {
-  check(pending, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
-  check(last.mode == mode && last.n == n && last.pos0 == pos0, "mamba2 commit: last is {", mode_name(last.mode),
-        ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {", mode_name(mode), ", n=", n,
-        ", pos0=", pos0, "}");
-}
+// The pass a state holds between forward() and commit(), in both mixers: forward() drops the last
+// one (a forward without commit is replaced) and records its own; commit() checks `last` against it.
+struct PendingPass {
+  bool open = false;
+  ForwardMode mode = ForwardMode::Verify;
+  int n = 0;
+  int64_t pos0 = 0;
+
+  void record(const ForwardInfo& info) { open = true, mode = info.mode, n = info.n, pos0 = info.pos0; }
+  void check_commit(const ForwardInfo& last) const {
+    check(open, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
+    check(last.mode == mode && last.n == n && last.pos0 == pos0, "mamba2 commit: last is {", mode_name(last.mode),
+          ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {", mode_name(mode), ", n=", n,
+          ", pos0=", pos0, "}");
+  }
+};
 
 // n_accepted within the last pass; a prefill is taken whole.
 inline void check_accepted(const ForwardInfo& last, int n_accepted) {

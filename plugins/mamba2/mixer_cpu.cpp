@@ -7,7 +7,6 @@
 #include <cstring>
 #include <utility>
 
-#include "mixer_checks.h"
 #include "tandem/error.h"
 
 namespace tandem::mamba2 {
@@ -69,7 +68,7 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state,
   check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
   const bool verify = info.mode == ForwardMode::Verify;
-  st.pending_ = false;  // a forward without commit is dropped by the next one
+  st.pass_.open = false;
 
   if (n > 0) {
     Scratch& sc = t_scratch;
@@ -114,15 +113,12 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state,
     add_bias(out.f32(), n, hidden_, w_.out_bias);
   }
 
-  st.pending_ = true;
-  st.mode_ = info.mode;
-  st.n_ = n;
-  st.pos0_ = info.pos0;
+  st.pass_.record(info);
 }
 
 void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
   Mamba2State& st = state_of(state, "commit");
-  check_pending(st.pending_, st.mode_, st.n_, st.pos0_, last);
+  st.pass_.check_commit(last);
   check_accepted(last, n_accepted);
   if (last.mode == ForwardMode::Prefill) {
     if (n_accepted > 0) {
@@ -142,7 +138,7 @@ void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accep
     }
   }
   st.pos_ += n_accepted;
-  st.pending_ = false;
+  st.pass_.open = false;
 }
 
 std::unique_ptr<Mixer> Mamba2Factory::create(const LayerDesc& desc, int hidden, WeightLoader& weights,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "mixer_checks.h"
 #include "mixer_weights.h"
 #include "scan_cpu.h"
 #include "tandem/layer.h"
@@ -29,7 +30,7 @@ class Mamba2State : public LayerState {
   int64_t pos() const { return pos_; }  // tokens committed
   const std::vector<float>& conv() const { return conv_; }
   const std::vector<float>& ssm() const { return ssm_; }
-  bool pending() const { return pending_; }
+  bool pending() const { return pass_.open; }
 
  private:
   friend class Mamba2Mixer;
@@ -37,10 +38,7 @@ class Mamba2State : public LayerState {
   int64_t pos_ = 0;
   std::vector<float> conv_, ssm_;
   // The pending pass.
-  bool pending_ = false;
-  ForwardMode mode_ = ForwardMode::Verify;
-  int n_ = 0;
-  int64_t pos0_ = 0;
+  PendingPass pass_;
   std::vector<float> next_conv_, next_ssm_;
   std::vector<float> u_log_, xbc_log_, dt_log_;
 };

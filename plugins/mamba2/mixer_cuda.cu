@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "mixer_checks.h"
 #include "scan_cuda.cuh"
 #include "tandem/cuda/util.cuh"
 #include "tandem/error.h"
@@ -124,7 +123,7 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
   check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
   const bool verify = info.mode == ForwardMode::Verify;
-  st.pending_ = false;  // a forward without commit is dropped by the next one
+  st.pass_.open = false;
 
   if (n > 0) {
     CudaArena& ar = *arena_;
@@ -178,16 +177,13 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
     if (w_.out_bias) launch_add_bias(out.f32(), n, hidden_, f32(w_.out_bias), stream());
   }
 
-  st.pending_ = true;
-  st.mode_ = info.mode;
-  st.n_ = n;
-  st.pos0_ = info.pos0;
+  st.pass_.record(info);
 }
 
 void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
   Mamba2CudaState& st = state_of(state, "commit");
   if (last.mode == ForwardMode::Prefill) {
-    check_pending(st.pending_, st.mode_, st.n_, st.pos0_, last);
+    st.pass_.check_commit(last);
   } else {
     // A verify pass replayed from a graph runs none of this mixer's host code, so `last` (the Model's
     // record of the pass) is trusted, within what the state can check: the start position and logs
@@ -222,7 +218,7 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     }
   }
   st.pos_ += n_accepted;
-  st.pending_ = false;
+  st.pass_.open = false;
 }
 
 Mamba2CudaFactory::Mamba2CudaFactory() : arena_(std::make_shared<CudaArena>()) {}

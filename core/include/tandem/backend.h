@@ -130,11 +130,11 @@ class Backend {
   // recording cannot be replayed (an allocation or release of a buffer happened during it); a queued
   // op that synchronizes throws during the capture, after which end_capture() must still be called.
   virtual bool begin_capture() { return false; }
+  virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
   // Whether Model::load switches graphs of verify passes on: "" when this backend records them and
   // nothing (an environment switch of its own) says otherwise; else why not, in one line. Default:
   // this backend cannot record.
   virtual std::string graphs_off_reason() const { return "backend '" + device() + "' cannot record graphs"; }
-  virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
   // A counter that changes whenever a buffer of this backend is released: a graph recorded under
   // another value may hold addresses that were freed (or handed to someone else) since.
   virtual uint64_t memory_epoch() const { return 0; }
