@@ -15,7 +15,8 @@ class PerExpertSet : public ExpertSet {
   PerExpertSet(std::vector<std::unique_ptr<QuantizedTensor>> e, Backend& be, MixerScratch& s)
       : experts_(std::move(e)), be_(be), s_(s) {
     check(!experts_.empty(), "expert set: no experts");
-    check(be.device() == "cpu", "expert set: per-expert weights run on the host only, not on '", be.device(), "'");
+    check(be.is_host(), "expert set: per-expert weights run on host memory only, and backend '", be.device(),
+          "' is not host-addressable");
     // A token picks an expert at most once, so one expert's rows are at most the pass's tokens.
     s.gather_in.fit(cols()), s.gather_out.fit(rows());
   }

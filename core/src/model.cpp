@@ -2,7 +2,6 @@
 #include "tandem/model.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -331,9 +330,8 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   check(be.device() == o.device, "Model::load: the backend given runs on '", be.device(), "', the options ask for '",
         o.device, "'");
   im.pos0 = be.alloc(sizeof(int64_t));
-  const char* graphs_env = std::getenv("TANDEM_CUDA_GRAPHS");
-  if (graphs_env && std::string(graphs_env) == "0") im.graph_stats.off_reason = "TANDEM_CUDA_GRAPHS=0";
-  else im.graph_stats.enabled = true;
+  im.graph_stats.off_reason = be.graphs_off_reason();
+  im.graph_stats.enabled = im.graph_stats.off_reason.empty();
 
   TensorIndex index(*im.checkpoint);
   GroupLoader loader(index, formats, be, im.mixer_scratch, m->weight_bytes_);
@@ -365,7 +363,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
     switch (l.kind) {
       case LayerKind::Mamba: {
         if (!mamba) {
-          mamba = reg.layer(o.mamba, o.device);
+          mamba = o.mamba.empty() ? reg.layer_for(LayerKind::Mamba, o.device) : reg.layer(o.mamba, o.device);
           check(mamba->kind() == LayerKind::Mamba, "layer plugin '", o.mamba, "' does not make Mamba layers");
           im.factories.push_back(mamba);
         }

@@ -13,6 +13,7 @@
 #include "tandem/converter.h"
 #include "tandem/error.h"
 #include "tandem/layer.h"
+#include "tandem/model_config.h"
 #include "tandem/speculator.h"
 #include "tandem/weights.h"
 #include "tandem/writer.h"
@@ -218,6 +219,25 @@ std::shared_ptr<Backend> PluginRegistry::backend(const std::string& device) {
 std::shared_ptr<LayerFactory> PluginRegistry::layer(const std::string& name, const std::string& device) {
   auto o = create(TANDEM_KIND_LAYER, name, device);
   return std::shared_ptr<LayerFactory>(o, static_cast<LayerFactory*>(o.get()));
+}
+std::shared_ptr<LayerFactory> PluginRegistry::layer_for(LayerKind kind, const std::string& device) {
+  std::vector<std::string> names;
+  std::shared_ptr<LayerFactory> found;
+  for (const auto& p : impl_->providers) {
+    if (p.info.kind != TANDEM_KIND_LAYER || std::find(names.begin(), names.end(), p.info.name) != names.end() ||
+        impl_->find(TANDEM_KIND_LAYER, p.info.name, device) != &p)
+      continue;
+    auto f = layer(p.info.name, device);
+    if (f->kind() != kind) continue;
+    names.push_back(p.info.name);
+    found = f;
+  }
+  if (names.size() == 1) return found;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+  fail("no layer plugin named for ", layer_kind_name(kind), " layers on device '", device, "' and ",
+       names.empty() ? "none is loaded (available layer plugins: " + impl_->available(TANDEM_KIND_LAYER) + ")"
+                     : "several are: " + list + " (name one in the profile)");
 }
 std::shared_ptr<WeightFormat> PluginRegistry::format(const std::string& name, const std::string& device) {
   auto o = create(TANDEM_KIND_FORMAT, name, device);

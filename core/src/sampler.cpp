@@ -1,6 +1,8 @@
-// Sampled verification: the target's sampling distribution and the speculative-sampling rule.
+// Sampling on the host: the target's sampling distribution, the draw from it (greedy, or temperature /
+// top-k / top-p / min-p in vLLM's order with one inverse-CDF draw) and the speculative-sampling rule.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "tandem/error.h"
 #include "tandem/sampler.h"
@@ -79,6 +81,62 @@ int32_t speculative_accept(const TokenDist& p, const TokenDist& q, int32_t draft
   for (size_t i = r.size(); i-- > 0;)  // u within rounding of the total: the last token with mass
     if (r[i] > 0) return p.ids[i];
   return p.ids.front();
+}
+
+void validate_sampling(const SamplingParams& p) {
+  // Every comparison with NaN is false, so a NaN field fails its check.
+  check(std::isfinite(p.temperature) && p.temperature >= 0.0f,
+        "sampling: temperature must be >= 0, found ", p.temperature);
+  check(p.top_k >= 0, "sampling: top_k must be >= 0 (0 = off), found ", p.top_k);
+  check(p.top_p > 0.0f && p.top_p <= 1.0f, "sampling: top_p must be in (0, 1], found ", p.top_p);
+  check(p.min_p >= 0.0f && p.min_p <= 1.0f, "sampling: min_p must be in [0, 1], found ", p.min_p);
+}
+
+namespace {
+
+void check_sample_logits(const float* logits, int64_t vocab) {
+  check(vocab > 0 && vocab <= INT32_MAX, "sample: vocab must be in [1, 2^31), found ", vocab);
+  check(logits != nullptr, "sample: logits is null");
+}
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    check(!std::isnan(logits[i]), "sample: logit ", i, " is nan");
+    if (logits[i] > logits[best]) best = i;
+  }
+  return int32_t(best);
+}
+
+}  // namespace
+
+TokenDist sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& p) {
+  validate_sampling(p);
+  check_sample_logits(logits, vocab);
+  check(p.temperature > 0.0f, "sample: sampling_candidates needs temperature > 0");
+
+  // sampling_distribution checks these too; checking first keeps sample_host's error messages.
+  bool any = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    check(!std::isnan(logits[i]) && logits[i] != INFINITY, "sample: logit ", i, " is ", logits[i]);
+    any |= logits[i] != -INFINITY;
+  }
+  check(any, "sample: every logit is -inf");
+  return sampling_distribution(logits, vocab, p);
+}
+
+int32_t sample_host(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
+  validate_sampling(p);
+  check_sample_logits(logits, vocab);
+  if (p.temperature == 0.0f) return argmax(logits, vocab);
+  TokenDist c = sampling_candidates(logits, vocab, p);
+  const double u = rng.uniform();
+  double cum = 0.0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    cum += c.probs[i];
+    if (u < cum) return c.ids[i];
+  }
+  return c.ids.back();  // u within rounding of 1
 }
 
 }  // namespace tandem

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "device_bits.cuh"
+#include "tandem/cuda/device_bits.cuh"
 
 namespace tandem::exl3::kcuda {
 

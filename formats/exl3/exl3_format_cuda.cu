@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 #include "formats/exl3/matmul_cuda.cuh"
 #include "formats/exl3/trellis.h"
 #include "tandem/error.h"

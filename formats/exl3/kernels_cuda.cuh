@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "cuda_util.cuh"
-#include "tensor_core.cuh"
+#include "tandem/cuda/util.cuh"
+#include "tandem/cuda/tensor_core.cuh"
 #include "formats/exl3/decode_cuda.cuh"
 
 namespace tandem::exl3::kcuda {
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const GemvArgs a)
   __shared__ __align__(16) float zs[N][kHad];
   __shared__ int is_last;
   extern __shared__ __align__(16) float xs[];  // FuseIn: [N][nhb · 128]
-  // Launched programmatically (cuda_util.cuh): the trellis words may be read before pdl_wait(), the
+  // Launched programmatically (tandem/cuda/util.cuh): the trellis words may be read before pdl_wait(), the
   // expert ids, activations and the shared partials only after it.
   const GemvBlock<Gather> blk(a);
   if (!blk.ok) return;

@@ -9,7 +9,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
 #include "tandem/error.h"
 

@@ -1,9 +1,9 @@
 // Entry point of libtandem-exl3-cuda.so: the "exl3" format for device "cuda". It claims the same
 // groups as the CPU module and loads them onto the GPU; for another device it hands over to the CPU
 // format. Scores 0 (skipped) without a CUDA device, so the device-neutral module then serves alone.
-#include "cuda_util.h"
 #include "formats/exl3/exl3_format.h"
 #include "formats/exl3/exl3_format_cuda.h"
+#include "tandem/cuda/util.h"
 #include "tandem/backend.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"
@@ -11,22 +11,18 @@
 namespace tandem::exl3 {
 namespace {
 
-class Exl3CudaFormat final : public WeightFormat {
+class Exl3CudaFormat final : public DeviceFormat<Exl3Format> {
  public:
-  int probe_group(const TensorGroup& group) const override { return host_.probe_group(group); }
+  Exl3CudaFormat() : DeviceFormat("cuda") {}
 
-  std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load(group, backend);
+ protected:
+  std::unique_ptr<QuantizedTensor> load_on_device(const TensorGroup& group, Backend& backend) const override {
     return load_exl3_cuda(group, backend);
   }
-
-  std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load_experts(groups, backend);
+  std::unique_ptr<ExpertSet> load_experts_on_device(const std::vector<TensorGroup>& groups,
+                                                    Backend& backend) const override {
     return load_exl3_experts_cuda(groups, backend);
   }
-
- private:
-  Exl3Format host_;
 };
 
 }  // namespace

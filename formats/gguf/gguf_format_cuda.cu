@@ -8,8 +8,8 @@
 #include <cstring>
 #include <string>
 
-#include "cuda_util.cuh"
-#include "formats/safetensors/dense_cuda.cuh"
+#include "tandem/cuda/util.cuh"
+#include "tandem/cuda/dense.cuh"
 #include "gguf_format.h"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
@@ -136,7 +136,7 @@ class GgufCudaTensor final : public QuantizedTensor {
       if (ids[i] < 0 || ids[i] >= n_rows_)
         fail("get_rows: tensor '", name_, "': id ", ids[i], " at position ", i, " is outside [0, ", n_rows_, ")");
     if (kernels_.dense) {
-      safetensors::launch_dense_get_rows(kernels_.wtype, data(), row_len_, ids, n, out.f32(), cuda::stream());
+      cuda::launch_dense_get_rows(kernels_.wtype, data(), row_len_, ids, n, out.f32(), cuda::stream());
       launch_scale(out.f32(), int64_t(n) * row_len_, scale_);
       return;
     }
@@ -177,7 +177,7 @@ class GgufCudaTensor final : public QuantizedTensor {
   void matmul_raw(const Tensor& x, const Tensor& y) const override {
     const int64_t m = rows(), k = cols();
     if (kernels_.dense) {
-      safetensors::launch_dense_matmul(kernels_.wtype, data(), m, k, x.f32(), x.rows, y.f32(), cuda::stream());
+      cuda::launch_dense_matmul(kernels_.wtype, data(), m, k, x.f32(), x.rows, y.f32(), cuda::stream());
       launch_scale(y.f32(), x.rows * m, scale_);
       return;
     }
@@ -268,7 +268,7 @@ class GgufCudaExperts final : public ExpertSet {
     if (!ids) fail("gather_matmul: experts '", name_, "' …: ids are null");
     const float* es = scales_ ? static_cast<const float*>(scales_->data()) : nullptr;
     if (kernels_.dense) {
-      safetensors::launch_dense_gather_matmul(kernels_.wtype, data_->data(), n_, m_, k_, x.f32(), ids, k, y.rows,
+      cuda::launch_dense_gather_matmul(kernels_.wtype, data_->data(), n_, m_, k_, x.f32(), ids, k, y.rows,
                                               y.f32(), cuda::stream());
       if (es) {
         const dim3 grid(unsigned(std::min<int64_t>(cuda::ceil_div(m_, 256), 64)),

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda_util.cuh"
-#include "device_bits.cuh"
+#include "tandem/cuda/util.cuh"
+#include "tandem/cuda/device_bits.cuh"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
 

@@ -26,7 +26,7 @@
 
 #include "formats/gguf/iquants_cuda.cuh"
 #include "formats/gguf/kquants_cuda.cuh"
-#include "tensor_core.cuh"
+#include "tandem/cuda/tensor_core.cuh"
 
 namespace tandem::gguf::kcuda {
 

@@ -1,9 +1,9 @@
 // Entry point of libtandem-gguf-cuda.so: the "gguf" format for device "cuda". It reads GGUF files
 // with the same container code as the CPU module and loads every block type it computes onto the
 // GPU. Scores 0 (skipped) without a CUDA device, so the device-neutral module then serves alone.
-#include "cuda_util.h"
 #include "gguf_format.h"
 #include "gguf_format_cuda.h"
+#include "tandem/cuda/util.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/plugin_util.h"
@@ -31,21 +31,19 @@ const RawTensor& checked_main(const TensorGroup& group, const QuantType*& type) 
   return *t;
 }
 
-class GgufCudaFormat final : public WeightFormat {
+class GgufCudaFormat final : public DeviceFormat<GgufFormat> {
  public:
-  int probe_path(const std::string& path) const override { return host_.probe_path(path); }
-  std::unique_ptr<Checkpoint> open(const std::string& path) const override { return host_.open(path); }
-  int probe_group(const TensorGroup& group) const override { return host_.probe_group(group); }
+  GgufCudaFormat() : DeviceFormat("cuda") {}
 
-  std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load(group, backend);
+ protected:
+  std::unique_ptr<QuantizedTensor> load_on_device(const TensorGroup& group, Backend& backend) const override {
     const QuantType* type = nullptr;
     const RawTensor& t = checked_main(group, type);
     return load_gguf_cuda(t, *type, scale_member(group, &t), backend);
   }
 
-  std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load_experts(groups, backend);
+  std::unique_ptr<ExpertSet> load_experts_on_device(const std::vector<TensorGroup>& groups,
+                                                    Backend& backend) const override {
     std::vector<const RawTensor*> experts, scales;
     for (const auto& g : groups) {
       const QuantType* type = nullptr;
@@ -55,9 +53,6 @@ class GgufCudaFormat final : public WeightFormat {
     }
     return load_gguf_experts_cuda(experts, scales, backend);
   }
-
- private:
-  GgufFormat host_;
 };
 
 }  // namespace

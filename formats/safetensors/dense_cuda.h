@@ -1,6 +1,6 @@
 // Dense BF16/F16/F32 weights on a CUDA device: the checkpoint's bytes uploaded as they are (no
-// conversion), multiplied by CUDA kernels (dense_cuda.cuh). Experts of one layer are stacked in one
-// device buffer and gathered by ids that stay on the device.
+// conversion), multiplied by the dense kernels (tandem/cuda/dense.cuh). Experts of one layer are
+// stacked in one device buffer and gathered by ids that stay on the device.
 // Owner: each tensor owns its device buffer (from the backend's allocator); nothing points into the
 // checkpoint after loading. Thread: const methods from the engine thread. Sync: matmul, get_rows and
 // gather_matmul are queued on the CUDA stream and return at once; dequantize waits (it downloads).

@@ -1,10 +1,10 @@
 // Entry point of libtandem-safetensors-cuda.so: the "safetensors" format for device "cuda". It reads
 // checkpoints with the same container code as the CPU module and loads dense weights onto the GPU.
 // Scores 0 (skipped) without a CUDA device, so the device-neutral module then serves alone.
-#include "cuda_util.h"
 #include "dense_cpu.h"
 #include "dense_cuda.h"
 #include "safetensors_format.h"
+#include "tandem/cuda/util.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/plugin_util.h"
@@ -18,22 +18,20 @@ const RawTensor* main_member(const TensorGroup& group) {
   return t ? t : group.member("");
 }
 
-class CudaSafetensorsFormat final : public WeightFormat {
+class CudaSafetensorsFormat final : public DeviceFormat<SafetensorsFormat> {
  public:
-  int probe_path(const std::string& path) const override { return host_.probe_path(path); }
-  std::unique_ptr<Checkpoint> open(const std::string& path) const override { return host_.open(path); }
-  int probe_group(const TensorGroup& group) const override { return host_.probe_group(group); }
+  CudaSafetensorsFormat() : DeviceFormat("cuda") {}
 
-  std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load(group, backend);
+ protected:
+  std::unique_ptr<QuantizedTensor> load_on_device(const TensorGroup& group, Backend& backend) const override {
     const RawTensor* t = main_member(group);
     check(t && is_dense_dtype(t->dtype), "safetensors (cuda): group ", group.describe(),
           " has no BF16, F16 or F32 'weight' or exact-name tensor");
     return load_dense_cuda(*t, backend);
   }
 
-  std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const override {
-    if (backend.device() != "cuda") return host_.load_experts(groups, backend);
+  std::unique_ptr<ExpertSet> load_experts_on_device(const std::vector<TensorGroup>& groups,
+                                                    Backend& backend) const override {
     std::vector<const RawTensor*> experts;
     for (const auto& g : groups) {
       const RawTensor* t = main_member(g);
@@ -43,9 +41,6 @@ class CudaSafetensorsFormat final : public WeightFormat {
     }
     return load_dense_experts_cuda(experts, backend);
   }
-
- private:
-  SafetensorsFormat host_;
 };
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 #include "kernels_cuda.cuh"
 
 namespace tandem::cuda {

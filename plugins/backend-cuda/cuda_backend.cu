@@ -4,19 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
 
-#include "cuda_util.cuh"
 #include "kernels_cuda.cuh"
-#include "plugins/cpu/check.h"
-#include "plugins/cpu/kernels.h"
+#include "tandem/cuda/util.cuh"
+#include "tandem/op_checks.h"
+#include "tandem/sampler.h"
 
 namespace tandem::cuda {
-
-using cpu::check_ptr;
-using cpu::check_tensor;
 
 // Device blocks from cudaMalloc, kept after release and reused. All work runs on one stream, so a
 // block handed out again is only touched by work queued after everything that used it before.
@@ -168,6 +166,11 @@ void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream()), "s
 size_t CudaBackend::pool_bytes() const { return pool_->held(); }
 
 uint64_t CudaBackend::memory_epoch() const { return pool_->released(); }
+
+std::string CudaBackend::graphs_off_reason() const {
+  const char* env = std::getenv("TANDEM_CUDA_GRAPHS");
+  return env && std::string(env) == "0" ? "TANDEM_CUDA_GRAPHS=0" : "";
+}
 
 bool CudaBackend::begin_capture() {
   check(!capturing_, "cuda: begin_capture while a capture is open");
@@ -357,11 +360,11 @@ int32_t CudaBackend::sample(const float* logits, int64_t vocab, const SamplingPa
   check_ptr("sample", "logits", logits);
   cudaPointerAttributes attr{};
   check_cuda(cudaPointerGetAttributes(&attr, logits), "sample: cudaPointerGetAttributes");
-  if (attr.type != cudaMemoryTypeDevice) return cpu::sample(logits, vocab, p, rng);
+  if (attr.type != cudaMemoryTypeDevice) return sample_host(logits, vocab, p, rng);
   if (vocab <= 0 || vocab > INT32_MAX) fail("sample: vocab must be in [1, 2^31), found ", vocab);
   std::vector<float> host(static_cast<size_t>(vocab));
   download(host.data(), logits, host.size() * sizeof(float));
-  return cpu::sample(host.data(), vocab, p, rng);
+  return sample_host(host.data(), vocab, p, rng);
 }
 
 }  // namespace tandem::cuda

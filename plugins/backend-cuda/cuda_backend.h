@@ -2,7 +2,7 @@
 // kernels (kernels_cuda.cuh). Sampling runs on the host with the CPU kernels.
 // Owner: the registry creates one CudaBackend per request; buffers share the allocator's pool, which
 // lives until the backend and its last buffer are gone. Thread: one driving thread (the engine
-// thread). Sync: every op is queued on the stream (cuda_util.cuh) and returns at once; only
+// thread). Sync: every op is queued on the stream (tandem/cuda/util.cuh) and returns at once; only
 // download(), synchronize() and sample() of device logits wait. Graphs: begin_capture() records the
 // stream (every CUDA module queues on it) until end_capture(); see tandem/backend.h.
 #pragma once
@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
   // recording makes end_capture() discard the recording (it would bake in a memset or a freed
   // address); the caller runs the work again without capture.
   bool begin_capture() override;
+  // "TANDEM_CUDA_GRAPHS=0" when that is set (read at each call: Model::load asks once), else "".
+  std::string graphs_off_reason() const override;
   std::unique_ptr<Graph> end_capture() override;
   // Buffers released to the pool so far.
   uint64_t memory_epoch() const override;

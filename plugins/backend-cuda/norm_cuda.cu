@@ -1,11 +1,11 @@
 // Row-wise CUDA kernels: RMSNorm, the Mamba2 gated grouped RMSNorm, add, relu² and the MoE combine.
 // One block per row (or row group) with a fixed reduction tree, so a row's bits never depend on n.
-// Launched programmatically (cuda_util.cuh): each kernel waits for the previous one before any access.
+// Launched programmatically (tandem/cuda/util.cuh): each kernel waits for the previous one before any access.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 #include "kernels_cuda.cuh"
 
 namespace tandem::cuda {

@@ -1,6 +1,6 @@
 // Entry point of libtandem-cuda.so: the "cuda" backend. Scores 0 (skipped) without a CUDA device.
 #include "cuda_backend.h"
-#include "cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"
 

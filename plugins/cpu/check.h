@@ -1,32 +1,12 @@
-// Validation and fixed-order reductions shared by the CPU kernels.
+// Fixed-order reductions shared by the CPU kernels, and the argument checks every backend shares.
 // Owner: n/a. Thread: any. Sync: none.
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <string>
-#include <vector>
 
-#include "tandem/error.h"
-#include "tandem/tensor.h"
+#include "tandem/op_checks.h"
 
 namespace tandem::cpu {
-
-inline std::string shape_of(int64_t rows, int64_t cols) {
-  return shape_str(std::vector<int64_t>{rows, cols});
-}
-
-// "rms_norm: y: expected f32 [2, 8], found bf16 [2, 4]"
-inline void check_tensor(const char* op, const char* name, const Tensor& t, int64_t rows,
-                         int64_t cols) {
-  if (t.dtype != DType::F32 || t.rows != rows || t.cols != cols)
-    fail(op, ": ", name, ": expected f32 ", shape_of(rows, cols), ", found ", dtype_name(t.dtype), " ",
-         shape_of(t.rows, t.cols));
-  check(t.data || t.numel() == 0, op, ": ", name, ": data is null");
-}
-
-inline void check_ptr(const char* op, const char* name, const void* p) {
-  check(p != nullptr, op, ": ", name, " is null");
-}
 
 // Grain for parallel_for over rows of `cols` elements: enough work per chunk to pay for a wake-up.
 inline int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }

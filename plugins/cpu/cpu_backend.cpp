@@ -12,6 +12,7 @@
 
 #include "kernels.h"
 #include "tandem/parallel.h"
+#include "tandem/sampler.h"
 
 namespace tandem::cpu {
 namespace {
@@ -85,7 +86,7 @@ void CpuBackend::moe_route(const Tensor& logits, const float* bias, const RouteP
   cpu::moe_route(logits, bias, p, ids, weights);
 }
 int32_t CpuBackend::sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
-  return cpu::sample(logits, vocab, p, rng);
+  return sample_host(logits, vocab, p, rng);
 }
 
 double CpuBackend::measure_copy_bandwidth() {

@@ -12,6 +12,7 @@ namespace tandem::cpu {
 class CpuBackend final : public Backend {
  public:
   std::string device() const override { return "cpu"; }
+  bool is_host() const override { return true; }
   void set_threads(int n) override;
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;

@@ -4,7 +4,6 @@
 // Sync: each returns when its output is written.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "tandem/backend.h"
 #include "tandem/tensor.h"
@@ -27,19 +26,6 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache
 void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                float* weights);
 
-// The distribution a sampled (temperature > 0) draw picks from: the kept tokens in draw order
-// (probability descending, id ascending) with their renormalized probabilities. Steps, in vLLM's
-// order: softmax(logits / T) in fp64, top_k, top_p over the top-k renormalized mass, min_p
-// (tandem::sampling_distribution, after this backend's own checks of p and the logits).
-struct Candidates {
-  std::vector<int32_t> ids;
-  std::vector<double> probs;  // sums to 1
-};
-Candidates sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& p);
-// temperature 0: argmax, lowest id on ties, no draw from rng. Otherwise one rng.uniform() draw,
-// picked by inverse CDF over sampling_candidates().
-int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng);
-// Throws naming the first bad field of p.
-void validate_sampling(const SamplingParams& p);
+// Sampling: tandem::sample_host (tandem/sampler.h), shared with every backend.
 
 }  // namespace tandem::cpu

@@ -7,17 +7,10 @@
 #include <cstring>
 #include <utility>
 
-#include "forward_checks.h"
 #include "tandem/error.h"
 
 namespace tandem::mamba2 {
 namespace {
-
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t p = 1;
-  for (int64_t s : shape) p *= s;
-  return p;
-}
 
 // Activations of one forward that do not outlive it. One arena per thread, shared by all layers,
 // so a long prefill does not leave a per-layer buffer behind.
@@ -37,8 +30,6 @@ void add_bias(float* rows, int64_t n, int64_t cols, const std::vector<float>& bi
     for (int64_t c = 0; c < cols; ++c) rows[t * cols + c] += bias[size_t(c)];
 }
 
-const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
-
 }  // namespace
 
 Mamba2State::Mamba2State(const Dims& dm)
@@ -57,41 +48,10 @@ Mamba2Mixer::Mamba2Mixer(const MambaDesc& desc, int hidden, WeightLoader& weight
     : desc_(desc), dm_(Dims::from(desc)), hidden_(hidden), backend_(backend) {
   check(hidden > 0, "mamba2: hidden size must be > 0, found ", hidden);
   // Host kernels read the weights and activations directly.
-  check(backend.device() == "cpu", "mamba2 (cpu plugin): backend device is '", backend.device(),
-        "', expected 'cpu'");
+  check(backend.is_host(), "mamba2 (cpu plugin): backend '", backend.device(),
+        "' is not host-addressable, expected a host backend");
 
-  auto matrix = [&](const char* name, std::vector<int64_t> shape) {
-    auto t = weights.tensor(name, shape);
-    check(t && t->shape() == shape, "mamba2: weight '", weights.full_name(name), "' loaded as ",
-          t ? shape_str(t->shape()) : std::string("nothing"), ", expected ", shape_str(shape));
-    return t;
-  };
-  auto vec = [&](const char* name, std::vector<int64_t> shape) {
-    std::vector<float> v = weights.vector(name, shape);
-    check(int64_t(v.size()) == product(shape), "mamba2: weight '", weights.full_name(name), "' has ",
-          v.size(), " values, expected ", product(shape), " for ", shape_str(shape));
-    return v;
-  };
-  w_.in_proj = matrix("in_proj", {dm_.rows, hidden});
-  w_.out_proj = matrix("out_proj", {hidden, dm_.d_in});
-  if (desc.proj_bias) {
-    w_.in_bias = vec("in_proj.bias", {dm_.rows});
-    w_.out_bias = vec("out_proj.bias", {hidden});
-  }
-  w_.conv_w = vec("conv1d", {dm_.conv_dim, dm_.K});
-  if (desc.conv_bias) w_.conv_b = vec("conv1d.bias", {dm_.conv_dim});
-  w_.dt_bias = vec("dt_bias", {dm_.nh});
-  w_.d = vec("D", {dm_.nh});
-  if (weights.has("A_log")) {
-    w_.a = vec("A_log", {dm_.nh});
-    for (float& v : w_.a) v = -std::exp(v);
-  } else if (weights.has("A")) {  // GGUF stores A = −exp(A_log) already
-    w_.a = vec("A", {dm_.nh});
-  } else {
-    fail("mamba2: weight '", weights.full_name("A_log"), "' is missing (and no '", weights.full_name("A"),
-         "' either)");
-  }
-  w_.norm = vec("norm", {dm_.d_in});
+  w_ = load_weights(desc, dm_, hidden, weights);
 }
 
 std::unique_ptr<LayerState> Mamba2Mixer::new_state(int64_t max_tokens) const {
@@ -100,13 +60,7 @@ std::unique_ptr<LayerState> Mamba2Mixer::new_state(int64_t max_tokens) const {
 }
 
 Mamba2State& Mamba2Mixer::state_of(LayerState& state, const char* what) const {
-  auto* st = dynamic_cast<Mamba2State*>(&state);
-  check(st != nullptr, "mamba2 ", what, ": the state was not made by a Mamba2 mixer");
-  const Dims& s = st->dims();
-  check(s.nh == dm_.nh && s.P == dm_.P && s.G == dm_.G && s.N == dm_.N && s.K == dm_.K,
-        "mamba2 ", what, ": the state is for nh=", s.nh, " P=", s.P, " G=", s.G, " N=", s.N, " K=", s.K,
-        ", this mixer has nh=", dm_.nh, " P=", dm_.P, " G=", dm_.G, " N=", dm_.N, " K=", dm_.K);
-  return *st;
+  return state_as<Mamba2State>(state, dm_, what, "Mamba2 mixer");
 }
 
 void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
@@ -114,7 +68,7 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state,
   check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
   const bool verify = info.mode == ForwardMode::Verify;
-  st.pending_ = false;  // a forward without commit is dropped by the next one
+  st.pass_.open = false;
 
   if (n > 0) {
     Scratch& sc = t_scratch;
@@ -159,23 +113,14 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state,
     add_bias(out.f32(), n, hidden_, w_.out_bias);
   }
 
-  st.pending_ = true;
-  st.mode_ = info.mode;
-  st.n_ = n;
-  st.pos0_ = info.pos0;
+  st.pass_.record(info);
 }
 
 void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
   Mamba2State& st = state_of(state, "commit");
-  check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
-  check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
-        mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
-        mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
-  check(n_accepted >= 0 && n_accepted <= last.n, "mamba2 commit: n_accepted must be in [0, ", last.n,
-        "], found ", n_accepted);
+  st.pass_.check_commit(last);
+  check_accepted(last, n_accepted);
   if (last.mode == ForwardMode::Prefill) {
-    check(n_accepted == last.n, "mamba2 commit: a prefill of ", last.n,
-          " tokens must be committed whole, found n_accepted = ", n_accepted);
     if (n_accepted > 0) {
       std::swap(st.conv_, st.next_conv_);
       std::swap(st.ssm_, st.next_ssm_);
@@ -193,13 +138,12 @@ void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accep
     }
   }
   st.pos_ += n_accepted;
-  st.pending_ = false;
+  st.pass_.open = false;
 }
 
 std::unique_ptr<Mixer> Mamba2Factory::create(const LayerDesc& desc, int hidden, WeightLoader& weights,
                                              Backend& backend) {
-  check(desc.kind == LayerKind::Mamba, "mamba2: asked to build a layer of kind ", int(desc.kind),
-        ", expected Mamba (", int(LayerKind::Mamba), ")");
+  check_layer_kind(desc);
   return std::make_unique<Mamba2Mixer>(desc.mamba, hidden, weights, backend);
 }
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "mixer_checks.h"
+#include "mixer_weights.h"
 #include "scan_cpu.h"
 #include "tandem/layer.h"
 
@@ -28,7 +30,7 @@ class Mamba2State : public LayerState {
   int64_t pos() const { return pos_; }  // tokens committed
   const std::vector<float>& conv() const { return conv_; }
   const std::vector<float>& ssm() const { return ssm_; }
-  bool pending() const { return pending_; }
+  bool pending() const { return pass_.open; }
 
  private:
   friend class Mamba2Mixer;
@@ -36,22 +38,9 @@ class Mamba2State : public LayerState {
   int64_t pos_ = 0;
   std::vector<float> conv_, ssm_;
   // The pending pass.
-  bool pending_ = false;
-  ForwardMode mode_ = ForwardMode::Verify;
-  int n_ = 0;
-  int64_t pos0_ = 0;
+  PendingPass pass_;
   std::vector<float> next_conv_, next_ssm_;
   std::vector<float> u_log_, xbc_log_, dt_log_;
-};
-
-// Small per-layer vectors, f32 host memory.
-struct Mamba2Weights {
-  std::unique_ptr<QuantizedTensor> in_proj, out_proj;
-  std::vector<float> in_bias, out_bias;  // only with desc.proj_bias
-  std::vector<float> conv_w;             // [conv_dim, K]
-  std::vector<float> conv_b;             // [conv_dim], empty without desc.conv_bias
-  std::vector<float> dt_bias, a, d;      // [nh]; a = −exp(A_log) or GGUF's stored A
-  std::vector<float> norm;               // [d_in]
 };
 
 class Mamba2Mixer : public Mixer {

@@ -3,12 +3,10 @@
 #include "mixer_cuda.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
-#include "cuda_util.cuh"
-#include "forward_checks.h"
 #include "scan_cuda.cuh"
+#include "tandem/cuda/util.cuh"
 #include "tandem/error.h"
 
 namespace tandem::mamba2 {
@@ -33,12 +31,6 @@ struct CudaArena {
 
 namespace {
 
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t p = 1;
-  for (int64_t s : shape) p *= s;
-  return p;
-}
-
 float* f32(const std::unique_ptr<Buffer>& b) { return b ? static_cast<float*>(b->data()) : nullptr; }
 
 // A log buffer of at least `floats` floats (contents are rewritten by each pass).
@@ -47,8 +39,6 @@ float* grow(std::unique_ptr<Buffer>& b, Backend& be, int64_t floats) {
   if (!b || b->bytes() < bytes) b = be.alloc(bytes);
   return static_cast<float*>(b->data());
 }
-
-const char* mode_name(ForwardMode m) { return m == ForwardMode::Prefill ? "prefill" : "verify"; }
 
 std::vector<float> download(const Buffer& b, size_t floats) {
   std::vector<float> v(floats);
@@ -97,47 +87,24 @@ Mamba2CudaMixer::Mamba2CudaMixer(const MambaDesc& desc, int hidden, WeightLoader
         "', expected 'cuda'");
   check(dm_.N <= kMaxState, "mamba2 (cuda): state_size ", dm_.N, " exceeds the kernels' limit ", kMaxState);
 
-  auto matrix = [&](const char* name, std::vector<int64_t> shape) {
-    auto t = weights.tensor(name, shape);
-    check(t && t->shape() == shape, "mamba2: weight '", weights.full_name(name), "' loaded as ",
-          t ? shape_str(t->shape()) : std::string("nothing"), ", expected ", shape_str(shape));
-    return t;
-  };
-  auto host_vec = [&](const char* name, std::vector<int64_t> shape) {
-    std::vector<float> v = weights.vector(name, shape);
-    check(int64_t(v.size()) == product(shape), "mamba2: weight '", weights.full_name(name), "' has ", v.size(),
-          " values, expected ", product(shape), " for ", shape_str(shape));
-    return v;
-  };
+  Mamba2Weights h = load_weights(desc, dm_, hidden, weights);
   auto upload = [&](const std::vector<float>& v) {
     auto b = backend.alloc(v.size() * sizeof(float));
     backend.upload(b->data(), v.data(), v.size() * sizeof(float));
     return b;
   };
-  auto vec = [&](const char* name, std::vector<int64_t> shape) { return upload(host_vec(name, shape)); };
-
-  w_.in_proj = matrix("in_proj", {dm_.rows, hidden});
-  w_.out_proj = matrix("out_proj", {hidden, dm_.d_in});
+  w_.in_proj = std::move(h.in_proj);
+  w_.out_proj = std::move(h.out_proj);
   if (desc.proj_bias) {
-    w_.in_bias = vec("in_proj.bias", {dm_.rows});
-    w_.out_bias = vec("out_proj.bias", {hidden});
+    w_.in_bias = upload(h.in_bias);
+    w_.out_bias = upload(h.out_bias);
   }
-  w_.conv_w = vec("conv1d", {dm_.conv_dim, dm_.K});
-  if (desc.conv_bias) w_.conv_b = vec("conv1d.bias", {dm_.conv_dim});
-  w_.dt_bias = vec("dt_bias", {dm_.nh});
-  w_.d = vec("D", {dm_.nh});
-  std::vector<float> a;
-  if (weights.has("A_log")) {
-    a = host_vec("A_log", {dm_.nh});
-    for (float& v : a) v = -std::exp(v);  // on the host, as the CPU mixer does: the same A bits
-  } else if (weights.has("A")) {         // GGUF stores A = −exp(A_log) already
-    a = host_vec("A", {dm_.nh});
-  } else {
-    fail("mamba2: weight '", weights.full_name("A_log"), "' is missing (and no '", weights.full_name("A"),
-         "' either)");
-  }
-  w_.a = upload(a);
-  w_.norm = vec("norm", {dm_.d_in});
+  w_.conv_w = upload(h.conv_w);
+  if (desc.conv_bias) w_.conv_b = upload(h.conv_b);
+  w_.dt_bias = upload(h.dt_bias);
+  w_.d = upload(h.d);
+  w_.a = upload(h.a);
+  w_.norm = upload(h.norm);
 }
 
 Mamba2CudaMixer::~Mamba2CudaMixer() = default;
@@ -148,13 +115,7 @@ std::unique_ptr<LayerState> Mamba2CudaMixer::new_state(int64_t max_tokens) const
 }
 
 Mamba2CudaState& Mamba2CudaMixer::state_of(LayerState& state, const char* what) const {
-  auto* st = dynamic_cast<Mamba2CudaState*>(&state);
-  check(st != nullptr, "mamba2 ", what, ": the state was not made by a Mamba2 CUDA mixer");
-  const Dims& s = st->dims();
-  check(s.nh == dm_.nh && s.P == dm_.P && s.G == dm_.G && s.N == dm_.N && s.K == dm_.K, "mamba2 ", what,
-        ": the state is for nh=", s.nh, " P=", s.P, " G=", s.G, " N=", s.N, " K=", s.K, ", this mixer has nh=", dm_.nh,
-        " P=", dm_.P, " G=", dm_.G, " N=", dm_.N, " K=", dm_.K);
-  return *st;
+  return state_as<Mamba2CudaState>(state, dm_, what, "Mamba2 CUDA mixer");
 }
 
 void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
@@ -162,7 +123,7 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
   check_forward(x, out, info, hidden_, st.pos_);
   const int n = info.n;
   const bool verify = info.mode == ForwardMode::Verify;
-  st.pending_ = false;  // a forward without commit is dropped by the next one
+  st.pass_.open = false;
 
   if (n > 0) {
     CudaArena& ar = *arena_;
@@ -216,19 +177,13 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
     if (w_.out_bias) launch_add_bias(out.f32(), n, hidden_, f32(w_.out_bias), stream());
   }
 
-  st.pending_ = true;
-  st.mode_ = info.mode;
-  st.n_ = n;
-  st.pos0_ = info.pos0;
+  st.pass_.record(info);
 }
 
 void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {
   Mamba2CudaState& st = state_of(state, "commit");
   if (last.mode == ForwardMode::Prefill) {
-    check(st.pending_, "mamba2 commit: no forward is pending (commit twice, or before any forward)");
-    check(last.mode == st.mode_ && last.n == st.n_ && last.pos0 == st.pos0_, "mamba2 commit: last is {",
-          mode_name(last.mode), ", n=", last.n, ", pos0=", last.pos0, "} but the pending forward was {",
-          mode_name(st.mode_), ", n=", st.n_, ", pos0=", st.pos0_, "}");
+    st.pass_.check_commit(last);
   } else {
     // A verify pass replayed from a graph runs none of this mixer's host code, so `last` (the Model's
     // record of the pass) is trusted, within what the state can check: the start position and logs
@@ -239,11 +194,8 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     check(last.pos0 == st.pos_, "mamba2 commit: last is {", mode_name(last.mode), ", n=", last.n, ", pos0=",
           last.pos0, "} but the state holds ", st.pos_, " committed tokens");
   }
-  check(n_accepted >= 0 && n_accepted <= last.n, "mamba2 commit: n_accepted must be in [0, ", last.n, "], found ",
-        n_accepted);
+  check_accepted(last, n_accepted);
   if (last.mode == ForwardMode::Prefill) {
-    check(n_accepted == last.n, "mamba2 commit: a prefill of ", last.n,
-          " tokens must be committed whole, found n_accepted = ", n_accepted);
     if (n_accepted > 0) {
       std::swap(st.conv_, st.next_conv_);
       std::swap(st.ssm_, st.next_ssm_);
@@ -266,7 +218,7 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     }
   }
   st.pos_ += n_accepted;
-  st.pending_ = false;
+  st.pass_.open = false;
 }
 
 Mamba2CudaFactory::Mamba2CudaFactory() : arena_(std::make_shared<CudaArena>()) {}
@@ -274,8 +226,7 @@ Mamba2CudaFactory::~Mamba2CudaFactory() = default;
 
 std::unique_ptr<Mixer> Mamba2CudaFactory::create(const LayerDesc& desc, int hidden, WeightLoader& weights,
                                                  Backend& backend) {
-  check(desc.kind == LayerKind::Mamba, "mamba2: asked to build a layer of kind ", int(desc.kind),
-        ", expected Mamba (", int(LayerKind::Mamba), ")");
+  check_layer_kind(desc);
   return std::make_unique<Mamba2CudaMixer>(desc.mamba, hidden, weights, backend, arena_);
 }
 

@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "mixer_checks.h"
+#include "mixer_weights.h"
 #include "scan_cpu.h"
 #include "tandem/layer.h"
 
@@ -32,7 +34,7 @@ class Mamba2CudaState : public LayerState {
 
   const Dims& dims() const { return dm_; }
   int64_t pos() const { return pos_; }
-  bool pending() const { return pending_; }
+  bool pending() const { return pass_.open; }
   // Copies of the committed state in host memory, for tests (these wait for the device).
   std::vector<float> download_conv() const;
   std::vector<float> download_ssm() const;
@@ -49,10 +51,7 @@ class Mamba2CudaState : public LayerState {
   // Host copies of the selectors: which of the pair conv_ / ssm_ point to now.
   int conv_sel() const;
   int ssm_sel() const;
-  bool pending_ = false;
-  ForwardMode mode_ = ForwardMode::Verify;
-  int n_ = 0;
-  int64_t pos0_ = 0;
+  PendingPass pass_;
   std::unique_ptr<Buffer> u_log_, xbc_log_, dt_log_;  // verify passes only, grown to the pass
 };
 

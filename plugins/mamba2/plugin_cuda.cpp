@@ -1,5 +1,5 @@
 // Entry point of libtandem-mamba2-cuda.so: "mamba2" on "cuda". Scores 0 (skipped) without a device.
-#include "cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "mixer_cuda.h"
 #include "tandem/plugin_util.h"
 #include "tandem/registry.h"

@@ -3,7 +3,7 @@
 // chunk, with C·B and the Δ·A cumsums of every chunk computed up front into the workspace.
 #include <algorithm>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 #include "scan_cuda.cuh"
 
 namespace tandem::mamba2 {

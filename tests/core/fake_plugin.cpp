@@ -1,6 +1,7 @@
 // One source, several deliberately broken or odd plugins (selected by FAKE_CASE) for registry tests.
 #include <cstring>
 
+#include "tandem/layer.h"
 #include "tandem/plugin_abi.h"
 #include "tandem/weights.h"
 
@@ -28,8 +29,27 @@ int init_fail(char* err, size_t n) {
   return TANDEM_ERROR;
 }
 
+// Case 7: two layer plugins for the CPU, one per layer kind (PluginRegistry::layer_for picks by kind).
+template <tandem::LayerKind K>
+struct KindOnlyLayers : tandem::LayerFactory {
+  tandem::LayerKind kind() const override { return K; }
+  std::unique_ptr<tandem::Mixer> create(const tandem::LayerDesc&, int, tandem::WeightLoader&, tandem::Backend&) override {
+    return nullptr;
+  }
+};
+template <tandem::LayerKind K>
+int create_layers(void** out, char*, size_t) {
+  *out = static_cast<tandem::LayerFactory*>(new KindOnlyLayers<K>());
+  return TANDEM_OK;
+}
+void destroy_layers(void* p) { delete static_cast<tandem::LayerFactory*>(p); }
+
 #if FAKE_CASE == 6
 const tandem_provider kProviders[] = {{TANDEM_KIND_FORMAT, "fake-broken", "", create_fail, destroy}};
+#elif FAKE_CASE == 7
+const tandem_provider kProviders[] = {
+    {TANDEM_KIND_LAYER, "fake-mamba", "cpu", create_layers<tandem::LayerKind::Mamba>, destroy_layers},
+    {TANDEM_KIND_LAYER, "fake-attention", "cpu", create_layers<tandem::LayerKind::Attention>, destroy_layers}};
 #else
 const tandem_provider kProviders[] = {{TANDEM_KIND_FORMAT, FAKE_PROVIDER, "", create_ok, destroy}};
 #endif
@@ -50,7 +70,7 @@ TANDEM_PLUGIN_EXPORT const tandem_plugin_desc* tandem_plugin_entry(void) {
 #else
       nullptr,
 #endif
-      1, kProviders};
+      uint32_t(sizeof(kProviders) / sizeof(kProviders[0])), kProviders};
   return &d;
 }
 #endif

@@ -8,6 +8,7 @@
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/layer.h"
+#include "tandem/model_config.h"
 #include "tandem/registry.h"
 #include "test_util.h"
 
@@ -47,6 +48,27 @@ TEST(Registry, LoadsBuiltPluginsByKindNameDevice) {
   auto be = reg.backend("cpu");
   EXPECT_EQ(be->device(), "cpu");
   EXPECT_EQ(reg.layer("mamba2", "cpu")->kind(), LayerKind::Mamba);
+}
+
+// A profile without `mamba:` gets the one layer plugin that declares Mamba layers for the device.
+TEST(Registry, LayerForPicksTheOnePluginOfThatKind) {
+  PluginRegistry reg;
+  reg.load_directory(test::plugin_dir());
+  EXPECT_EQ(reg.layer_for(LayerKind::Mamba, "cpu")->kind(), LayerKind::Mamba);
+  expect_error([&] { reg.layer_for(LayerKind::Attention, "cpu"); },
+               {"no layer plugin named for attention layers on device 'cpu'", "none is loaded", "mamba2/cpu"});
+  expect_error([&] { reg.layer_for(LayerKind::Mamba, "tpu"); }, {"mamba layers on device 'tpu'", "none is loaded"});
+}
+
+TEST(Registry, LayerForNamesTheCandidatesWhenSeveralServeOneKind) {
+  PluginRegistry reg;
+  reg.load_directory(test::plugin_dir());
+  reg.load_file(fake("layers"));
+  const std::string m = expect_error([&] { reg.layer_for(LayerKind::Mamba, "cpu"); },
+                                     {"mamba layers on device 'cpu'", "several are: 'mamba2', 'fake-mamba'",
+                                      "name one in the profile"});
+  EXPECT_EQ(m.find("fake-attention"), std::string::npos) << m;  // it declares another kind
+  EXPECT_EQ(reg.layer_for(LayerKind::Attention, "cpu")->kind(), LayerKind::Attention);
 }
 
 TEST(Registry, DefaultDirectoryIsBesideTheCoreLibrary) {

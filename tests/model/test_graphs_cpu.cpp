@@ -1,5 +1,6 @@
-// Graphs on a backend that cannot record them (the CPU): verify passes fall back to running op by op,
-// say why once, and give the logits of a model with graphs switched off.
+// Graphs on a backend that cannot record them (the CPU): off from the load on, as the backend
+// declares; switched on anyway, verify passes fall back to running op by op, say why once, and give
+// the logits of a model with graphs switched off.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,7 +23,12 @@ TEST(GraphsCpu, FallBackToOpByOp) {
   LoadOptions o;
   o.device = "cpu";
   auto m = Model::load(std::move(ck), "synth bf16", o, reg);
-  EXPECT_TRUE(m->graph_stats().enabled);  // on by default until the backend says otherwise
+  // The CPU backend declares at load that it cannot record (Backend::graphs_off_reason()).
+  EXPECT_FALSE(m->graph_stats().enabled);
+  EXPECT_NE(m->graph_stats().off_reason.find("cannot record"), std::string::npos) << m->graph_stats().off_reason;
+  // Switched on anyway, a verify pass asks the backend to record, which refuses: op by op from then on.
+  m->set_graphs(true);
+  EXPECT_TRUE(m->graph_stats().enabled);
 
   const int V = m->desc().vocab;
   auto a = m->new_sequence(64), b = m->new_sequence(64);

@@ -51,6 +51,8 @@ class CountingBackend final : public Backend {
   std::shared_ptr<Counts> counts = std::make_shared<Counts>();
 
   std::string device() const override { return in_->device(); }
+  bool host = true;  // false: claims device memory (is_host), though the buffers stay the CPU's
+  bool is_host() const override { return host && in_->is_host(); }
   void set_threads(int n) override { in_->set_threads(n); }
   std::unique_ptr<Buffer> alloc(size_t bytes) override {
     return std::make_unique<CountedBuffer>(in_->alloc(bytes), counts);
@@ -182,6 +184,28 @@ TEST(Scratch, BackendGivenMustMatchTheDevice) {
     FAIL() << "a cpu backend loaded a model for cuda";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("runs on 'cpu'"), std::string::npos) << e.what();
+  }
+}
+
+// Per-expert weight sets copy rows with memcpy: they need a backend that declares host memory
+// (Backend::is_host), whatever its device is called.
+TEST(Scratch, PerExpertSetsNeedAHostBackend) {
+  ModelDesc d = stacked(1);
+  d.layers = {*synth::first_layer(d, LayerKind::MoE)};
+  auto be = std::make_shared<CountingBackend>(registry().backend("cpu"));
+  be->host = false;
+  LoadOptions o;
+  o.device = "cpu";
+  o.backend = be;
+  auto ck = std::make_unique<synth::SynthCheckpoint>(synth::make_plan(d, synth::Mix::Bf16), 3, "synth");
+  try {
+    Model::load(std::move(ck), "synth bf16", o, registry());
+    FAIL() << "per-expert sets loaded on a backend without host memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert set: per-expert weights run on host memory only, and backend 'cpu' "
+                                         "is not host-addressable"),
+              std::string::npos)
+        << e.what();
   }
 }
 

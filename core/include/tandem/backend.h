@@ -60,6 +60,9 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string device() const = 0;  // "cpu", "cuda"
+  // Whether this backend's buffers are host memory that plain C++ may read and write (then code
+  // without kernels of its own, e.g. per-expert weight sets, can run on it). Default: no.
+  virtual bool is_host() const { return false; }
   // Worker threads for host-side work; 0 = the machine's cores.
   virtual void set_threads(int n) { (void)n; }
 
@@ -138,6 +141,10 @@ class Backend {
   // op that synchronizes throws during the capture, after which end_capture() must still be called.
   virtual bool begin_capture() { return false; }
   virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
+  // Whether Model::load switches graphs of verify passes on: "" when this backend records them and
+  // nothing (an environment switch of its own) says otherwise; else why not, in one line. Default:
+  // this backend cannot record.
+  virtual std::string graphs_off_reason() const { return "backend '" + device() + "' cannot record graphs"; }
   // A counter that changes whenever a buffer of this backend is released: a graph recorded under
   // another value may hold addresses that were freed (or handed to someone else) since.
   virtual uint64_t memory_epoch() const { return 0; }

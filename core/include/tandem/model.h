@@ -25,7 +25,7 @@ struct LoadOptions {
   std::string format = "auto";   // container plugin, or "auto" (highest probe_path score)
   std::string device = "cpu";
   int threads = 0;               // 0 = all cores
-  std::string mamba = "mamba2";  // layer plugin for M layers
+  std::string mamba;             // layer plugin for M layers; "" = the one loaded (PluginRegistry::layer_for)
   bool hf_prefill_dt_clamp = false;  // clamp Δ ≥ time_step_min in prefill, as HF transformers does
   // Optional: called on the loading thread with the fraction loaded (0 … 1) after each layer.
   std::function<void(double)> progress;
@@ -112,8 +112,9 @@ class TANDEM_API Model {
   // Verify passes of up to graph_max_tokens tokens run from backend graphs (CUDA graphs): the first
   // pass of a shape (sequence, n, all_positions) runs op by op, the second is recorded, later ones
   // replay it: the same kernels with the same arguments, so the logits are bit-identical. A backend
-  // that cannot record, or a pass that cannot be recorded, runs op by op (logged once). On by default;
-  // TANDEM_CUDA_GRAPHS=0 in the environment at load, or set_graphs(false), switches it off.
+  // that cannot record, or a pass that cannot be recorded, runs op by op (logged once). On at load
+  // when the backend says so (Backend::graphs_off_reason(); the CUDA backend's TANDEM_CUDA_GRAPHS=0
+  // says no); set_graphs(false) switches it off, set_graphs(true) on.
   static constexpr int graph_max_tokens = 16;
   void set_graphs(bool on);
   const GraphStats& graph_stats() const;

@@ -15,8 +15,9 @@ extern "C" {
 
 /* Bump on any change to this header or to the C++ interfaces in core/include/tandem that objects
  * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h, writer.h,
- * converter.h). 5: writer and converter kinds. */
-#define TANDEM_PLUGIN_ABI_VERSION 5u
+ * converter.h). 6 (2026-12-01): writer and converter kinds; Backend::copy, graphs_off_reason,
+ * is_host; LayerFactory::kind; Speculator taps. */
+#define TANDEM_PLUGIN_ABI_VERSION 6u
 
 enum tandem_kind {
   TANDEM_KIND_BACKEND = 1,    /* object: tandem::Backend */

@@ -1,12 +1,18 @@
 // Helpers for writing plugins: C-ABI factory functions that build a C++ object and turn exceptions
-// into a status plus message. Owner: the caller of create owns the object until destroy.
-// Thread: any. Sync: none.
+// into a status plus message, and the device fallback of a format built for one device.
+// Owner: the caller of create owns the object until destroy. Thread: any. Sync: none.
 #pragma once
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "tandem/backend.h"
 #include "tandem/plugin_abi.h"
+#include "tandem/weights.h"
 
 namespace tandem {
 
@@ -29,6 +35,37 @@ struct Factory {
     return TANDEM_ERROR;
   }
   static void destroy(void* p) { delete static_cast<I*>(p); }
+};
+
+// A format's module for one device, over its device-neutral format Host: reading the container and
+// probing groups are Host's; weights go to load_on_device()/load_experts_on_device() when the backend
+// runs on `device`, to Host for any other backend (a profile may load a CUDA-capable format on the
+// CPU). A subclass states only what it adds on its device.
+template <class Host>
+class DeviceFormat : public WeightFormat {
+ public:
+  explicit DeviceFormat(std::string device) : device_(std::move(device)) {}
+
+  int probe_path(const std::string& path) const override { return host_.probe_path(path); }
+  std::unique_ptr<Checkpoint> open(const std::string& path) const override { return host_.open(path); }
+  int probe_group(const TensorGroup& group) const override { return host_.probe_group(group); }
+
+  std::unique_ptr<QuantizedTensor> load(const TensorGroup& group, Backend& backend) const final {
+    return backend.device() == device_ ? load_on_device(group, backend) : host_.load(group, backend);
+  }
+  std::unique_ptr<ExpertSet> load_experts(const std::vector<TensorGroup>& groups, Backend& backend) const final {
+    return backend.device() == device_ ? load_experts_on_device(groups, backend) : host_.load_experts(groups, backend);
+  }
+
+ protected:
+  virtual std::unique_ptr<QuantizedTensor> load_on_device(const TensorGroup& group, Backend& backend) const = 0;
+  virtual std::unique_ptr<ExpertSet> load_experts_on_device(const std::vector<TensorGroup>& groups,
+                                                            Backend& backend) const = 0;
+  const Host& host() const { return host_; }
+
+ private:
+  std::string device_;
+  Host host_;
 };
 
 }  // namespace tandem

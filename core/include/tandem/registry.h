@@ -18,6 +18,7 @@ class LayerFactory;
 class SpeculatorFactory;
 class Writer;
 class Converter;
+enum class LayerKind;  // tandem/model_config.h
 
 struct ProviderInfo {
   tandem_kind kind;
@@ -56,6 +57,10 @@ class TANDEM_API PluginRegistry {
   // Lookups. Each throws a one-line error naming what was asked and what is available.
   std::shared_ptr<Backend> backend(const std::string& device);
   std::shared_ptr<LayerFactory> layer(const std::string& name, const std::string& device);
+  // The one layer plugin for `device` (built for it, else device-neutral) whose factory makes `kind`
+  // layers (LayerFactory::kind()), for a profile that names none. Error: none or several are loaded
+  // (the message names them).
+  std::shared_ptr<LayerFactory> layer_for(LayerKind kind, const std::string& device);
   // A format's provider for `device`: the one built for that device (e.g. "safetensors" from
   // libtandem-safetensors-cuda.so for "cuda") if loaded, else its device-neutral provider ("").
   std::shared_ptr<WeightFormat> format(const std::string& name, const std::string& device = "");

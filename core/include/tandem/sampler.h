@@ -1,4 +1,5 @@
-// The sampling rules every decoding loop shares: the distribution a sampled draw picks from, and
+// The sampling rules every decoding loop shares: the distribution a sampled draw picks from, the
+// draw itself on the host (every backend's sample() ends here once the logits are host memory), and
 // the speculative-sampling test that keeps drafted output distributed exactly as plain output.
 // Owner: free functions and a value type. Thread: any. Sync: none.
 #pragma once
@@ -17,8 +18,19 @@ struct TokenDist {
 };
 
 // The distribution a sampled draw picks from (temperature > 0): softmax(logits / T) in fp64, then
-// top_k, top_p and min_p in vLLM's order — the distribution the CPU backend's sample() draws from.
+// top_k, top_p and min_p in vLLM's order — the distribution sample_host() draws from. The kept tokens
+// are in draw order (probability descending, id ascending), their probabilities renormalized.
 TANDEM_API TokenDist sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& params);
+
+// Throws naming the first bad field of p.
+TANDEM_API void validate_sampling(const SamplingParams& p);
+// sampling_distribution() after validate_sampling() and checks of vocab and the logits with the
+// messages of sample_host() ("sample: logit 3 is nan").
+TANDEM_API TokenDist sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& p);
+// One token from host logits [vocab]. temperature 0: argmax, lowest id on ties, no draw from rng.
+// Otherwise one rng.uniform() draw, picked by inverse CDF over sampling_candidates(), so that a seed
+// gives the same text on every backend.
+TANDEM_API int32_t sample_host(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng);
 
 // Speculative sampling of one position: accept `draft` (drawn from q) with probability
 // min(1, p(draft) / q(draft)); otherwise draw from the residual max(0, p − q), normalized.

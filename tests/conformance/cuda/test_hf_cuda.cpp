@@ -8,7 +8,7 @@
 #include <map>
 
 #include "model_util.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/npy.h"
 
 using namespace tandem;

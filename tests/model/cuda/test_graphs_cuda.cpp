@@ -8,7 +8,7 @@
 #include <map>
 #include <random>
 
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
 #include "tandem/model.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "test_util.h"
 
 namespace tandem::test {

@@ -8,6 +8,7 @@
 #include "cuda_test.h"
 #include "plugins/cpu/kernels.h"
 #include "tandem/error.h"
+#include "tandem/sampler.h"
 
 namespace tandem::test {
 namespace {
@@ -205,7 +206,7 @@ TEST_F(CudaBackendTest, SampleMatchesCpuForHostAndDeviceLogits) {
     p.temperature = t, p.top_k = 50, p.top_p = 0.9f, p.min_p = 0.01f;
     for (uint64_t seed : {1u, 2u, 3u}) {
       Rng a(seed), b(seed), c(seed);
-      const int32_t want = cpu::sample(logits.data(), 1000, p, a);
+      const int32_t want = sample_host(logits.data(), 1000, p, a);
       EXPECT_EQ(be->sample(logits.data(), 1000, p, b), want) << "host logits, T " << t;
       EXPECT_EQ(be->sample(dl.p(), 1000, p, c), want) << "device logits, T " << t;
       EXPECT_EQ(a.state, c.state);

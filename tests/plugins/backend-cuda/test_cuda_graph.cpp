@@ -1,7 +1,9 @@
 // Graph capture on the CUDA backend: attention_at (position in device memory) against attention
 // (position by value), one recorded attention_at replayed at later positions, and recordings that
-// allocate or release a buffer being dropped.
+// allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this backend reads.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "cuda_test.h"
 
@@ -17,6 +19,19 @@ struct Caches {
 Caches fresh_caches(Backend& be, uint64_t seed) {
   return {to_device(be, random_vec(size_t(kCap * kKw), seed, -1.f, 1.f)),
           to_device(be, random_vec(size_t(kCap * kKw), seed + 1, -1.f, 1.f))};
+}
+
+// Graphs start on unless TANDEM_CUDA_GRAPHS=0; only "0" switches them off (the documented rule).
+TEST(CudaGraph, EnvironmentSwitchIsTheBackends) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  unsetenv("TANDEM_CUDA_GRAPHS");
+  EXPECT_EQ(be.graphs_off_reason(), "");
+  setenv("TANDEM_CUDA_GRAPHS", "0", 1);
+  EXPECT_EQ(be.graphs_off_reason(), "TANDEM_CUDA_GRAPHS=0");
+  setenv("TANDEM_CUDA_GRAPHS", "1", 1);
+  EXPECT_EQ(be.graphs_off_reason(), "");
+  unsetenv("TANDEM_CUDA_GRAPHS");
 }
 
 TEST(CudaGraph, AttentionAtEqualsAttention) {

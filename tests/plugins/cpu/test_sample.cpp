@@ -9,7 +9,7 @@
 
 #include "cpu_test.h"
 #include "plugins/cpu/cpu_backend.h"
-#include "plugins/cpu/kernels.h"
+#include "tandem/sampler.h"
 #include "test_util.h"
 
 namespace tandem::test {
@@ -47,7 +47,7 @@ std::map<int, double> ref_distribution(const std::vector<float>& logits, const S
 
 void expect_candidates(const std::vector<float>& logits, const SamplingParams& p) {
   auto want = ref_distribution(logits, p);
-  auto got = cpu::sampling_candidates(logits.data(), int64_t(logits.size()), p);
+  auto got = sampling_candidates(logits.data(), int64_t(logits.size()), p);
   ASSERT_EQ(got.ids.size(), want.size()) << "T=" << p.temperature << " k=" << p.top_k
                                          << " p=" << p.top_p << " min_p=" << p.min_p;
   for (size_t i = 0; i < got.ids.size(); ++i) {
@@ -95,7 +95,7 @@ TEST(CpuSample, SupportMatchesReference) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_k = 7;
-  auto got = cpu::sampling_candidates(logits.data(), 200, p);
+  auto got = sampling_candidates(logits.data(), 200, p);
   std::vector<int> order(200);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });

@@ -30,6 +30,8 @@ class TestBackend : public Backend {
   int norm_calls = 0;
 
   std::string device() const override { return device_name; }
+  bool host = true;  // host memory (HostBuffer); false plays a device backend
+  bool is_host() const override { return host; }
   std::unique_ptr<Buffer> alloc(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }

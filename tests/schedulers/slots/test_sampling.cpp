@@ -7,7 +7,7 @@
 #include <map>
 
 #include "drafters.h"
-#include "plugins/cpu/kernels.h"
+#include "tandem/sampler.h"
 #include "tandem/generate.h"
 #include "tandem/parallel.h"
 #include "tandem/drafting.h"
@@ -63,7 +63,7 @@ TEST(SpeculativeSampling, DistributionEqualsTheCpuSampler) {
     p.top_p = trial % 4 == 0 ? 1.0f : 0.5f + 0.1f * float(trial % 5);
     p.min_p = trial % 6 == 0 ? 0.0f : 0.01f * float(trial % 9);
     TokenDist d = sampling_distribution(logits.data(), 300, p);
-    auto c = cpu::sampling_candidates(logits.data(), 300, p);
+    auto c = sampling_candidates(logits.data(), 300, p);
     ASSERT_EQ(d.ids, c.ids) << "trial " << trial;
     ASSERT_EQ(d.probs, c.probs) << "trial " << trial;  // bit for bit
   }

@@ -18,7 +18,7 @@
 #include "exl3_test_util.h"
 #include "formats/exl3/exl3_format_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "cuda_timing.cuh"
 #include "test_util.h"
 

@@ -15,7 +15,7 @@
 #include "formats/exl3/matmul_cuda.cuh"
 #include "formats/exl3/trellis.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/error.h"
 #include "tandem/registry.h"
 #include "test_util.h"

@@ -16,7 +16,7 @@
 #include "cuda_timing.cuh"
 #include "gguf_cuda_test_util.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 
 using namespace tandem;
 using namespace tandem::gguf;

@@ -13,7 +13,7 @@
 #include "formats/gguf/gguf_format_cuda.h"
 #include "gguf_cuda_test_util.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/error.h"
 #include "tandem/registry.h"
 

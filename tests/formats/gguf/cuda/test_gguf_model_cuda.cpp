@@ -13,7 +13,7 @@
 #include "formats/gguf/gguf_writer.h"
 #include "gguf_cuda_test_util.h"
 #include "gguf_test_util.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/model.h"
 #include "tandem/registry.h"
 

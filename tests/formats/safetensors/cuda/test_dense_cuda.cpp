@@ -10,7 +10,7 @@
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/error.h"
 #include "tandem/registry.h"
 #include "test_util.h"

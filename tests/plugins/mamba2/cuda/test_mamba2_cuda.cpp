@@ -10,7 +10,7 @@
 #include "mixer_cpu.h"
 #include "mixer_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
-#include "plugins/backend-cuda/cuda_util.h"
+#include "tandem/cuda/util.h"
 
 namespace tandem::mamba2::test {
 namespace {

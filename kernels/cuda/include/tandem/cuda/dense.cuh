@@ -1,4 +1,5 @@
-// CUDA kernels of dense weights, on raw device pointers.
+// CUDA kernels of dense BF16/F16/F32 weights, on raw device pointers (the safetensors format's
+// tensors and GGUF's F32/F16/BF16 blocks).
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: each launch is queued on
 // `stream` and returns; a configuration error throws tandem::Error. None needs workspace.
 // Batch invariance: for n ≤ kGemvMaxRows, y[r, o] is one warp's dot product of x row r and weight row
@@ -9,22 +10,25 @@
 
 #include <cstdint>
 
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 
-namespace tandem::safetensors {
+namespace tandem::cuda {
 
 constexpr int kGemvMaxRows = 16;
 
+// Bytes of one weight element.
+inline size_t elem_bytes(WType t) { return t == WType::F32 ? 4 : 2; }
+
 // y[n, m] = x[n, k] · W[m, k]ᵀ; W of element type t.
-void launch_dense_matmul(cuda::WType t, const void* w, int64_t m, int64_t k, const float* x, int64_t n, float* y,
+void launch_dense_matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_t n, float* y,
                          cudaStream_t stream);
 // y[r] = W[ids[r]] · x[r / per_x]ᵀ for r < rows; W is E stacked [m, k] matrices; ids on the device.
 // An id outside [0, E) leaves its row NaN.
-void launch_dense_gather_matmul(cuda::WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x,
+void launch_dense_gather_matmul(WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x,
                                 const int32_t* ids, int per_x, int64_t rows, float* y, cudaStream_t stream);
 // out[i] = f32(W[ids[i]]) for i < n; ids on the host, already range-checked (passed by value, so a
 // captured graph keeps them).
-void launch_dense_get_rows(cuda::WType t, const void* w, int64_t k, const int32_t* ids_host, int n, float* out,
+void launch_dense_get_rows(WType t, const void* w, int64_t k, const int32_t* ids_host, int n, float* out,
                            cudaStream_t stream);
 
-}  // namespace tandem::safetensors
+}  // namespace tandem::cuda

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "device_bits.cuh"
+#include "tandem/cuda/device_bits.cuh"
 
 namespace tandem::cuda {
 

@@ -1,5 +1,5 @@
 // device_count(): the one CUDA query every module's score export makes.
-#include "cuda_util.cuh"
+#include "tandem/cuda/util.cuh"
 
 #include <cstdlib>
 #include <string>

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "cuda_util.h"
+#include "tandem/cuda/util.h"
 #include "tandem/error.h"
 
 namespace tandem::cuda {
@@ -130,7 +130,7 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Defined in cuda_util.cu: true when the current device is sm_90+ and TANDEM_CUDA_PDL is not 0.
+// Defined in util.cu: true when the current device is sm_90+ and TANDEM_CUDA_PDL is not 0.
 bool pdl_enabled();
 // True when the environment variable `name` is exactly "1" (the opt-in kernel switches).
 bool env_is_one(const char* name);
