@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "cuda_probe.h"
 #include "model_util.h"
 #include "plugins/backend-cuda/cuda_util.h"
 #include "tandem/npy.h"
@@ -14,9 +15,6 @@
 using namespace tandem;
 
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 Model& model(const std::string& name, const std::string& device) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
@@ -67,7 +65,7 @@ class CudaConformance : public ::testing::TestWithParam<Case> {};
 }  // namespace
 
 TEST_P(CudaConformance, LogitsMatchCpuAndTransformers) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   const Case c = GetParam();
   Model& gpu = model(c.model, "cuda");
   Model& cpu = model(c.model, "cpu");
@@ -103,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaConformance,
                          });
 
 TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   for (const char* name : {"latent", "nolatent"}) {
     Model& gpu = model(name, "cuda");
     Model& cpu = model(name, "cpu");
@@ -132,7 +130,7 @@ TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
 class CudaBatchInvariance : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     auto ids = test::read_ids(test::data_path(std::string("hf/") + GetParam() + "/prompt_200.txt"));
     prompt.assign(ids.begin(), ids.begin() + 37);
     cont.assign(ids.begin() + 37, ids.begin() + 37 + 16);

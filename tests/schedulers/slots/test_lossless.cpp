@@ -1,13 +1,14 @@
 // Lossless drafting: greedy drafted output equals plain output token for token, with the lookup
 // drafter, a random drafter (rejected everywhere), an oracle (the plain continuation, whole or
 // corrupted) and all of them together under StairCut, on both fixture models. Built twice: for the
-// CPU, and with TANDEM_LOSSLESS_DEVICE="cuda" as test_speculate_cuda (skips without a CUDA device).
+// CPU, and with TANDEM_LOSSLESS_DEVICE="cuda" as test_speculate_cuda (skips without a CUDA backend;
+// fails instead under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <map>
 
 #include "drafters.h"
+#include "gpu_required.h"
 #include "tandem/generate.h"
 #include "tandem/parallel.h"
 #include "tandem/drafting.h"
@@ -116,11 +117,15 @@ class Lossless : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (std::string(TANDEM_LOSSLESS_DEVICE) == "cpu") return;
+    std::string cause;
     try {
       test::registry().backend(TANDEM_LOSSLESS_DEVICE);
+      return;
     } catch (const std::exception& e) {
-      GTEST_SKIP() << "no " << TANDEM_LOSSLESS_DEVICE << " backend here: " << e.what();
+      cause = std::string("no ") + TANDEM_LOSSLESS_DEVICE + " backend here: " + e.what();
     }
+    for (const auto& s : test::registry().skipped()) cause += "; skipped module: " + s;
+    TANDEM_GPU_UNAVAILABLE(cause);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda_probe.h"
 #include "device_buffers.h"
 #include "exl3_reference.h"
 #include "exl3_test_util.h"
@@ -27,9 +28,6 @@ namespace {
 using exl3_test::GroupBuilder;
 using exl3_test::RandomLinear;
 using tandem::test::random_vec;
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 using tandem::test::Dev;
 using tandem::test::download;
@@ -87,7 +85,7 @@ const Case kCases[] = {{128, 128, 128, 128, false},
 class Exl3Cuda : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     be = std::make_unique<cuda::CudaBackend>();
   }
   std::unique_ptr<cuda::CudaBackend> be;
@@ -308,7 +306,7 @@ INSTANTIATE_TEST_SUITE_P(Bits, Exl3Cuda, ::testing::Range(1, 9),
 class Exl3CudaExllama : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Exl3CudaExllama, ReconstructionAndMatmulMatchExllama) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   cuda::CudaBackend be;
   auto r = exl3_test::load_reference(GetParam());
   ASSERT_TRUE(r) << "fixture missing";
@@ -348,7 +346,7 @@ INSTANTIATE_TEST_SUITE_P(Exllamav3, Exl3CudaExllama, ::testing::ValuesIn(exl3_te
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(Exl3CudaExperts, MixedBitsAreAnErrorNamingTheExpert) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   cuda::CudaBackend be;
   GroupBuilder b;
   RandomLinear(128, 128, 2, 2, 1).store(b, "experts.0");
@@ -362,7 +360,7 @@ TEST(Exl3CudaExperts, MixedBitsAreAnErrorNamingTheExpert) {
 }
 
 TEST(Exl3CudaPlugin, RegistryServesTheCudaProviderForCuda) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   PluginRegistry reg;
   reg.load_directory(tandem::test::plugin_dir());
   bool found = false;
