@@ -62,6 +62,12 @@ struct Case {
 };
 class CudaConformance : public ::testing::TestWithParam<Case> {};
 
+// The GPU's bound, kept at 1e-3 × max |logit|: its kernels sum in other orders (and some in other
+// precisions) than the CPU's, and no measured figure for these tests is recorded in docs/ yet (the CPU
+// bound, tests/conformance/test_hf.cpp, is 5e-6 from its measured 1.25e-6). The [measure] lines print
+// the figure; tighten this to a few times it once measured on the GPU.
+constexpr double kGpuLogitTol = 1e-3;
+
 }  // namespace
 
 TEST_P(CudaConformance, LogitsMatchCpuAndTransformers) {
@@ -82,12 +88,12 @@ TEST_P(CudaConformance, LogitsMatchCpuAndTransformers) {
   ASSERT_EQ(g.size(), h.size());
   Compare vs_cpu = compare(g, h, V);
   EXPECT_EQ(vs_cpu.argmax_mismatches, 0);
-  EXPECT_LE(vs_cpu.maxdiff, 1e-3 * vs_cpu.maxref);
+  EXPECT_LE(vs_cpu.maxdiff, kGpuLogitTol * vs_cpu.maxref);
 
   NpyArray ref = read_npy(dir + "/logits_" + std::to_string(c.len) + ".npy");
   Compare vs_hf = compare(g, ref.data, V);
   EXPECT_EQ(vs_hf.argmax_mismatches, 0);
-  EXPECT_LE(vs_hf.maxdiff, 1e-3 * vs_hf.maxref);
+  EXPECT_LE(vs_hf.maxdiff, kGpuLogitTol * vs_hf.maxref);
   std::printf("[measure] %s len %d: gpu vs cpu max |Δ| %.3g (%.2g of max |logit| %.3g); gpu vs HF %.3g\n", c.model,
               c.len, vs_cpu.maxdiff, vs_cpu.maxdiff / vs_cpu.maxref, vs_cpu.maxref, vs_hf.maxdiff);
 }
@@ -119,7 +125,7 @@ TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
     }
     Compare c = compare(all_g, all_h, V);
     EXPECT_EQ(c.argmax_mismatches, 0) << name;
-    EXPECT_LE(c.maxdiff, 1e-3 * c.maxref) << name;
+    EXPECT_LE(c.maxdiff, kGpuLogitTol * c.maxref) << name;
     std::printf("[measure] %s decode 64 steps: gpu vs cpu max |Δ| %.3g (%.2g of max |logit|)\n", name, c.maxdiff,
                 c.maxdiff / c.maxref);
   }
