@@ -1,6 +1,6 @@
 // Conformance with HF transformers 5.17 (`nemotron_h`): fixtures made by tools/make_hf_fixtures.py
-// hold tiny random models and HF's float32 logits; ours must match to 1e-3 × max |logit| with the same
-// argmax at every position.
+// hold tiny random models and HF's float32 logits; ours must match to kLogitTol × max |logit| with the
+// same argmax at every position.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,13 @@ struct Case {
 };
 
 class HfConformance : public ::testing::TestWithParam<Case> {};
+
+// Measured on the CPU (x86-64, AVX2): max |Δ| / max |logit| from 3.2e-7 (nolatent, 1 token) to 1.25e-6
+// (latent, 64), and 8.7e-7 for token-by-token decoding; float32 against float32 in another summation
+// order. The bound is 4× the worst, room for another CPU's SIMD width and FMA, far below any real
+// defect (a wrong scale or a missed residual moves logits by 1e-2 or more). The GPU's bound is its
+// own (tests/conformance/cuda/test_hf_cuda.cpp).
+constexpr double kLogitTol = 5e-6;
 
 int argmax(const float* v, int n) {
   int b = 0;
@@ -48,11 +55,12 @@ TEST_P(HfConformance, LogitsMatchTransformers) {
     maxref = std::max(maxref, double(std::fabs(ref.data[i])));
     maxdiff = std::max(maxdiff, double(std::fabs(ours[i] - ref.data[i])));
   }
-  EXPECT_LE(maxdiff, 1e-3 * maxref) << c.model << " len " << c.len;
+  EXPECT_LE(maxdiff, kLogitTol * maxref) << c.model << " len " << c.len;
   for (int t = 0; t < c.len; ++t)
     EXPECT_EQ(argmax(&ours[size_t(t) * V], V), argmax(&ref.data[size_t(t) * V], V)) << "position " << t;
   RecordProperty("max_abs_diff", std::to_string(maxdiff));
-  std::printf("%s len %d: max |diff| %.3g, max |logit| %.3g\n", c.model, c.len, maxdiff, maxref);
+  std::printf("[measure] %s len %d: max |diff| %.3g, max |logit| %.3g: %.3g of it (bound %.3g)\n", c.model, c.len,
+              maxdiff, maxref, maxdiff / maxref, kLogitTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfConformance,
@@ -82,5 +90,7 @@ TEST(HfConformanceDecode, TokenByTokenMatchesTransformers) {
       maxdiff = std::max(maxdiff, double(std::fabs(l[size_t(v)] - ref.data[t * V + v])));
     }
   }
-  EXPECT_LE(maxdiff, 1e-3 * maxref);
+  EXPECT_LE(maxdiff, kLogitTol * maxref);
+  std::printf("[measure] latent decode 64 steps: max |diff| %.3g, max |logit| %.3g: %.3g of it (bound %.3g)\n", maxdiff,
+              maxref, maxdiff / maxref, kLogitTol);
 }

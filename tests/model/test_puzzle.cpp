@@ -409,8 +409,12 @@ Rows ref_logits(const Weights& W, const std::vector<int32_t>& tokens, RouteStats
 // ---- comparison ----
 
 // tandem's logits [rows, V] against reference rows first_row … first_row+rows−1:
-// max |Δ| ≤ 1e-3 · max |logit| and the same argmax at every position except near-ties (top-2 gap
+// max |Δ| ≤ kLogitTol · max |logit| and the same argmax at every position except near-ties (top-2 gap
 // of the reference below the tolerance), which are reported and skipped.
+// Measured on the CPU (x86-64, AVX2): max |Δ| / max |logit| from 1.6e-7 to 6.8e-7 over the prefills
+// and verify steps (float32 against float64). The bound is 4.4× the worst: room for another CPU's
+// SIMD width and FMA, far below a real defect.
+constexpr double kLogitTol = 3e-6;
 void expect_logits_match(const std::vector<float>& got, const Rows& ref, size_t first_row, const std::string& what) {
   ASSERT_EQ(got.size() % kVocab, 0u) << what;
   const size_t rows = got.size() / kVocab;
@@ -421,8 +425,10 @@ void expect_logits_match(const std::vector<float>& got, const Rows& ref, size_t 
       max_logit = std::max(max_logit, std::abs(ref[first_row + r][size_t(v)]));
       max_diff = std::max(max_diff, std::abs(double(got[r * kVocab + size_t(v)]) - ref[first_row + r][size_t(v)]));
     }
-  const double tol = 1e-3 * max_logit;
+  const double tol = kLogitTol * max_logit;
   EXPECT_LE(max_diff, tol) << what << ": max |Δlogit| " << max_diff << ", max |logit| " << max_logit;
+  std::printf("[measure] %s: max |Δlogit| / max |logit| = %.3g (bound %.3g)\n", what.c_str(), max_diff / max_logit,
+              kLogitTol);
   for (size_t r = 0; r < rows; ++r) {
     const auto& rr = ref[first_row + r];
     const size_t want = size_t(std::max_element(rr.begin(), rr.end()) - rr.begin());

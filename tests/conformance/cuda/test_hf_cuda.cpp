@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "cuda_probe.h"
 #include "model_util.h"
 #include "tandem/cuda/util.h"
 #include "tandem/npy.h"
@@ -14,9 +15,6 @@
 using namespace tandem;
 
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 Model& model(const std::string& name, const std::string& device) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
@@ -64,10 +62,16 @@ struct Case {
 };
 class CudaConformance : public ::testing::TestWithParam<Case> {};
 
+// The GPU's bound, kept at 1e-3 × max |logit|: its kernels sum in other orders (and some in other
+// precisions) than the CPU's, and no measured figure for these tests is recorded in docs/ yet (the CPU
+// bound, tests/conformance/test_hf.cpp, is 5e-6 from its measured 1.25e-6). The [measure] lines print
+// the figure; tighten this to a few times it once measured on the GPU.
+constexpr double kGpuLogitTol = 1e-3;
+
 }  // namespace
 
 TEST_P(CudaConformance, LogitsMatchCpuAndTransformers) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   const Case c = GetParam();
   Model& gpu = model(c.model, "cuda");
   Model& cpu = model(c.model, "cpu");
@@ -84,12 +88,12 @@ TEST_P(CudaConformance, LogitsMatchCpuAndTransformers) {
   ASSERT_EQ(g.size(), h.size());
   Compare vs_cpu = compare(g, h, V);
   EXPECT_EQ(vs_cpu.argmax_mismatches, 0);
-  EXPECT_LE(vs_cpu.maxdiff, 1e-3 * vs_cpu.maxref);
+  EXPECT_LE(vs_cpu.maxdiff, kGpuLogitTol * vs_cpu.maxref);
 
   NpyArray ref = read_npy(dir + "/logits_" + std::to_string(c.len) + ".npy");
   Compare vs_hf = compare(g, ref.data, V);
   EXPECT_EQ(vs_hf.argmax_mismatches, 0);
-  EXPECT_LE(vs_hf.maxdiff, 1e-3 * vs_hf.maxref);
+  EXPECT_LE(vs_hf.maxdiff, kGpuLogitTol * vs_hf.maxref);
   std::printf("[measure] %s len %d: gpu vs cpu max |Δ| %.3g (%.2g of max |logit| %.3g); gpu vs HF %.3g\n", c.model,
               c.len, vs_cpu.maxdiff, vs_cpu.maxdiff / vs_cpu.maxref, vs_cpu.maxref, vs_hf.maxdiff);
 }
@@ -103,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaConformance,
                          });
 
 TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   for (const char* name : {"latent", "nolatent"}) {
     Model& gpu = model(name, "cuda");
     Model& cpu = model(name, "cpu");
@@ -121,7 +125,7 @@ TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
     }
     Compare c = compare(all_g, all_h, V);
     EXPECT_EQ(c.argmax_mismatches, 0) << name;
-    EXPECT_LE(c.maxdiff, 1e-3 * c.maxref) << name;
+    EXPECT_LE(c.maxdiff, kGpuLogitTol * c.maxref) << name;
     std::printf("[measure] %s decode 64 steps: gpu vs cpu max |Δ| %.3g (%.2g of max |logit|)\n", name, c.maxdiff,
                 c.maxdiff / c.maxref);
   }
@@ -132,7 +136,7 @@ TEST(CudaConformanceDecode, TokenByTokenMatchesCpu) {
 class CudaBatchInvariance : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     auto ids = test::read_ids(test::data_path(std::string("hf/") + GetParam() + "/prompt_200.txt"));
     prompt.assign(ids.begin(), ids.begin() + 37);
     cont.assign(ids.begin() + 37, ids.begin() + 37 + 16);

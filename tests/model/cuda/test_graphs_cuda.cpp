@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "cuda_probe.h"
 #include "tandem/cuda/util.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
@@ -17,9 +18,6 @@
 
 namespace tandem::test {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 PluginRegistry& registry() {
   static PluginRegistry* r = [] {
@@ -92,7 +90,7 @@ std::vector<int32_t> random_tokens(std::mt19937_64& g, int n, int vocab) {
 class Graphs : public ::testing::TestWithParam<synth::Mix> {};
 
 TEST_P(Graphs, DecodeReplaysBitIdentical) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Model& m = model(GetParam());
   const int V = m.desc().vocab;
   Twins tw(m, 512);
@@ -114,7 +112,7 @@ TEST_P(Graphs, DecodeReplaysBitIdentical) {
 }
 
 TEST_P(Graphs, VerifyAndCommitCyclesReplayBitIdentical) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Model& m = model(GetParam());
   const int V = m.desc().vocab;
   Twins tw(m, 2048);
@@ -141,7 +139,7 @@ TEST_P(Graphs, VerifyAndCommitCyclesReplayBitIdentical) {
 }
 
 TEST_P(Graphs, RegrownScratchDropsRecordedGraphs) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Model& m = model(GetParam());
   const int V = m.desc().vocab;
   Twins tw(m, 4096);

@@ -9,14 +9,12 @@
 #include <memory>
 #include <vector>
 
+#include "cuda_probe.h"
 #include "plugins/backend-cuda/cuda_backend.h"
 #include "tandem/cuda/util.h"
 #include "test_util.h"
 
 namespace tandem::test {
-
-#define TANDEM_SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // A device copy of a host vector.
 template <class T>

@@ -1,13 +1,14 @@
 // Lossless drafting: greedy drafted output equals plain output token for token, with the lookup
 // drafter, a random drafter (rejected everywhere), an oracle (the plain continuation, whole or
 // corrupted) and all of them together under StairCut, on both fixture models. Built twice: for the
-// CPU, and with TANDEM_LOSSLESS_DEVICE="cuda" as test_speculate_cuda (skips without a CUDA device).
+// CPU, and with TANDEM_LOSSLESS_DEVICE="cuda" as test_speculate_cuda (skips without a CUDA backend;
+// fails instead under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <map>
 
 #include "drafters.h"
+#include "gpu_required.h"
 #include "tandem/generate.h"
 #include "tandem/parallel.h"
 #include "tandem/drafting.h"
@@ -83,32 +84,48 @@ std::string first_difference(const std::vector<int32_t>& a, const std::vector<in
          std::to_string(b.size()) + " tokens";
 }
 
-// Runs every case of `model` through `d` (the oracle's truth set per case); returns the metrics.
+// Runs every case of `model` through `d` (the oracle's truth set per case: the prompt and the plain
+// output, or with `truth_past_eos` the whole kTokens-long plain run, EOS and what follows it); returns
+// the session's metrics, and each request's in `per_request` (optional).
 DraftMetrics run_all(const std::string& model, Drafting& d, const std::shared_ptr<std::vector<int32_t>>& truth,
-                     size_t every = 1, bool stop_at_eos = false) {
+                     size_t every = 1, bool stop_at_eos = false, std::vector<DraftMetrics>* per_request = nullptr,
+                     bool truth_past_eos = false) {
   Fixture& f = fixture(model);
   for (size_t i = 0; i < f.cases.size(); i += every) {
     const Case& c = f.cases[i];
     const auto& want = stop_at_eos ? c.plain_eos : c.plain;
     if (truth) {
+      const auto& t = truth_past_eos ? c.plain : want;
       *truth = c.prompt;
-      truth->insert(truth->end(), want.begin(), want.end());
+      truth->insert(truth->end(), t.begin(), t.end());
     }
-    auto got = d.generate(c.prompt, test::run_options(kTokens, stop_at_eos)).tokens;
+    DraftMetrics dm;
+    auto got = d.generate(c.prompt, test::run_options(kTokens, stop_at_eos), {}, &dm).tokens;
     EXPECT_EQ(got, want) << model << " prompt " << i << ": " << first_difference(got, want);
+    if (per_request) per_request->push_back(dm);
   }
   return d.metrics();
+}
+
+// One line for the test log: what was drafted and accepted.
+void print_acceptance(const std::string& what, const DraftMetrics& dm) {
+  std::printf("[ accept ] %s: %lld of %lld draft tokens accepted (%.1f %%) over %lld drafted steps\n", what.c_str(),
+              (long long)dm.accepted_tokens, (long long)dm.drafted_tokens, 100.0 * dm.acceptance(), (long long)dm.drafts);
 }
 
 class Lossless : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (std::string(TANDEM_LOSSLESS_DEVICE) == "cpu") return;
+    std::string cause;
     try {
       test::registry().backend(TANDEM_LOSSLESS_DEVICE);
+      return;
     } catch (const std::exception& e) {
-      GTEST_SKIP() << "no " << TANDEM_LOSSLESS_DEVICE << " backend here: " << e.what();
+      cause = std::string("no ") + TANDEM_LOSSLESS_DEVICE + " backend here: " + e.what();
     }
+    for (const auto& s : test::registry().skipped()) cause += "; skipped module: " + s;
+    TANDEM_GPU_UNAVAILABLE(cause);
   }
 };
 
@@ -132,6 +149,7 @@ TEST_P(Lossless, LookupUnderStairCut) {
   EXPECT_GT(dm.accepted_tokens, 0) << dm.summary();
   EXPECT_GT(dm.drafts, 0);
   std::printf("%s lookup: %s", GetParam(), dm.summary().c_str());
+  print_acceptance(std::string(GetParam()) + " lookup", dm);
 }
 
 TEST_P(Lossless, RandomDrafterRejectedEverywhere) {
@@ -168,15 +186,46 @@ TEST_P(Lossless, CorruptedOracleAtEveryForcedK) {
   }
 }
 
-// EOS inside an accepted run stops the output exactly where plain decoding stops.
+// EOS inside an accepted run stops the output exactly where plain decoding stops. Under StairCut
+// (lookup and a 10 %-corrupted oracle) every run that stops at EOS drafted and had drafts accepted;
+// then an exact oracle that proposes past EOS (the plain run goes on after it) at a forced k = 8:
+// the loop must stop at an accepted EOS although the drafts after it are the target's own choices.
 TEST_P(Lossless, StopsAtEosLikePlain) {
   Model& m = *fixture(GetParam()).model;
+  const Fixture& f = fixture(GetParam());
   auto truth = std::make_shared<std::vector<int32_t>>();
   Drafting d(m,
              {{"lookup", test::registry().speculator("lookup")},
               {"oracle", test::factory_of<test::OracleDrafter>(truth, 0.1, m.desc().vocab, uint64_t(9))}},
              test::fixed_costs());
-  run_all(GetParam(), d, truth, 1, true);
+  std::vector<DraftMetrics> per;
+  DraftMetrics all = run_all(GetParam(), d, truth, 1, true, &per);
+  ASSERT_EQ(per.size(), f.cases.size());
+  int eos_runs = 0;
+  for (size_t i = 0; i < per.size(); ++i) {
+    if (f.cases[i].plain_eos.size() == f.cases[i].plain.size()) continue;
+    ++eos_runs;
+    EXPECT_GT(per[i].drafts, 0) << "prompt " << i << " stops at EOS without drafting";
+    EXPECT_GT(per[i].accepted_tokens, 0) << "prompt " << i << ": " << per[i].summary();
+  }
+  EXPECT_GE(eos_runs, 2);
+  print_acceptance(std::string(GetParam()) + " EOS runs, lookup + oracle", all);
+
+  auto past = std::make_shared<std::vector<int32_t>>();
+  Drafting exact(m, {{"oracle", test::factory_of<test::OracleDrafter>(past, 0.0, m.desc().vocab, uint64_t(1))}},
+                 test::fixed_costs(8));
+  per.clear();
+  DraftMetrics ex = run_all(GetParam(), exact, past, 1, true, &per, true);
+  int eos_in_chain = 0;
+  for (size_t i = 0; i < per.size(); ++i) {
+    if (f.cases[i].plain_eos.size() == f.cases[i].plain.size()) continue;
+    EXPECT_GT(per[i].accepted_tokens, 0) << "prompt " << i;
+    // Every draft is the plain run's token: the only ones not taken are those after an accepted EOS.
+    eos_in_chain += per[i].accepted_tokens < per[i].drafted_tokens;
+  }
+  EXPECT_GE(eos_in_chain, 1) << "no run met EOS inside a verified chain: " << ex.summary();
+  print_acceptance(std::string(GetParam()) + " EOS runs, exact oracle past EOS", ex);
+  std::printf("[ accept ] %s: %d of %d EOS runs stopped inside a verified chain\n", GetParam(), eos_in_chain, eos_runs);
 }
 
 // Several drafters propose each step; StairCut picks one chain and its cut.
@@ -191,9 +240,15 @@ TEST_P(Lossless, CombinedDraftersUnderStairCut) {
              test::fixed_costs());
   DraftMetrics dm = run_all(GetParam(), d, truth);
   int chosen = 0;
-  for (const auto& pd : dm.drafters) chosen += pd.drafts > 0;
+  for (const auto& pd : dm.drafters) {
+    chosen += pd.drafts > 0;
+    if (pd.name != "random") EXPECT_GT(pd.accepted_tokens, 0) << pd.name << ": " << dm.summary();
+  }
   EXPECT_GE(chosen, 2) << dm.summary();
+  EXPECT_GT(dm.accepted_tokens, 0) << dm.summary();
+  EXPECT_LT(dm.accepted_tokens, dm.drafted_tokens) << "the random drafter and the corrupted oracle must miss";
   std::printf("%s combined: %s", GetParam(), dm.summary().c_str());
+  print_acceptance(std::string(GetParam()) + " combined", dm);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Lossless, ::testing::Values("latent", "nolatent"));

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "exl3_reference.h"
 #include "formats/exl3/decode_cuda.cuh"
 #include "formats/exl3/trellis.h"
 
@@ -75,6 +76,43 @@ TEST(Exl3CudaDecode, LaneStatesEqualTileStatesForEveryK) {
   expect_lane_states<6>(g);
   expect_lane_states<7>(g);
   expect_lane_states<8>(g);
+}
+
+// The kernels' decode (lane states straight from the packed words, then the codebook) on exllamav3's
+// own tiles (tests/fixtures/exl3/) gives exllamav3's decoded trellis ref.w_hat_fp16, bit for bit.
+template <int K, int CB>
+void expect_exllama_w_hat(const char* name) {
+  auto r = exl3_test::load_reference(name);
+  ASSERT_TRUE(r) << "fixture missing";
+  const Layout l = parse_group(r->group());
+  ASSERT_EQ(l.K, K) << name;
+  ASSERT_EQ(int(l.codebook), CB) << name;
+  const std::vector<uint16_t> want = r->half_bits("ref.w_hat_fp16");
+  size_t bad = 0;
+  for (int64_t i = 0; i < l.k / kTile; ++i)
+    for (int64_t j = 0; j < l.n / kTile; ++j) {
+      std::vector<uint16_t> words(l.tile(i, j), l.tile(i, j) + 16 * K);  // a copy: exllamav3 leaves it unaligned
+      std::vector<uint32_t> u(size_t(8 * K));
+      for (int w = 0; w < 8 * K; ++w) u[size_t(w)] = uint32_t(words[size_t(2 * w)]) | uint32_t(words[size_t(2 * w + 1)]) << 16;
+      for (int lane = 0; lane < 32; ++lane) {
+        const kcuda::LaneWords lw = kcuda::lane_words<K>(lane);
+        uint32_t s[8];
+        kcuda::tile_lane_states<K>(u.data(), lw, lw.off, s);
+        for (int q = 0; q < 8; ++q) {
+          const int e = tile_perm(8 * lane + q);
+          bad += kcuda::state_f16<CB>(s[q]) != want[size_t((i * 16 + e / 16) * l.n + j * 16 + e % 16)];
+        }
+      }
+    }
+  EXPECT_EQ(bad, 0u) << name << ": values that differ from exllamav3's w_hat";
+  std::printf("%s: the CUDA decode gives %zu of %zu of exllamav3's values bit for bit\n", name, want.size() - bad,
+              want.size());
+}
+
+TEST(Exl3CudaDecode, ExllamaTilesDecodeToExllamaValues) {
+  expect_exllama_w_hat<2, kcuda::kCbMul1>("s256x256_k2_mul1_hidentity");
+  expect_exllama_w_hat<4, kcuda::kCb3Inst>("s256x256_k4_3inst_hidentity");
+  expect_exllama_w_hat<6, kcuda::kCbMcg>("s256x256_k6_mcg_hidentity");
 }
 
 // The int8 GEMV's premise: mul1's value is its byte sum's affine map kMul1Scale·bs + kMul1Bias (exact in

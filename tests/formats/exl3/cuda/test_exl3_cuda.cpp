@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda_probe.h"
 #include "device_buffers.h"
+#include "exl3_reference.h"
 #include "exl3_test_util.h"
 #include "formats/exl3/exl3_format_cuda.h"
 #include "formats/exl3/matmul_cuda.cuh"
@@ -26,9 +28,6 @@ namespace {
 using exl3_test::GroupBuilder;
 using exl3_test::RandomLinear;
 using tandem::test::random_vec;
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 using tandem::test::Dev;
 using tandem::test::download;
@@ -86,7 +85,7 @@ const Case kCases[] = {{128, 128, 128, 128, false},
 class Exl3Cuda : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     be = std::make_unique<cuda::CudaBackend>();
   }
   std::unique_ptr<cuda::CudaBackend> be;
@@ -300,8 +299,54 @@ TEST_P(Exl3Cuda, PrefillSizedGatherRunsTheGroupedGemm) {
 INSTANTIATE_TEST_SUITE_P(Bits, Exl3Cuda, ::testing::Range(1, 9),
                          [](const auto& info) { return "K" + std::to_string(info.param); });
 
+// exllamav3's own tensors (tests/fixtures/exl3/) on the GPU: the reconstruction equals the CPU's (whose
+// decoded trellis equals exllamav3's bit for bit: test_exl3's Exl3Exllama) and matches exllamav3's
+// float32 one; x·W for exllamav3's inputs matches its outputs within its own fp16 error and the float64
+// x·W from its decoded trellis within the GPU's tolerance.
+class Exl3CudaExllama : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Exl3CudaExllama, ReconstructionAndMatmulMatchExllama) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  auto r = exl3_test::load_reference(GetParam());
+  ASSERT_TRUE(r) << "fixture missing";
+  const TensorGroup g = r->group();
+  const Layout l = parse_group(g);
+  auto gpu = load_exl3_cuda(g, be);
+  const int64_t out = gpu->shape()[0], in = gpu->shape()[1];
+  std::vector<float> w(size_t(out * in), NAN);
+  gpu->dequantize(w.data());
+  const std::vector<float> cpu = reconstruct(l);
+  EXPECT_TRUE(same_bits(w.data(), cpu.data(), w.size())) << GetParam();
+  const std::vector<double> ex = r->values("ref.weight_recon_fp32"), w64 = exl3_test::weight_from_w_hat(*r);
+  std::vector<double> ours(ex.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) ours[size_t(i * out + o)] = w[size_t(o * in + i)];
+  const double rec = exl3_test::rel_max_error(ours, ex, w64);
+  std::printf("[measure] %s: GPU reconstruction vs exllamav3 max |Δ|/max |W| %.2e\n", GetParam(), rec);
+  EXPECT_LT(rec, 2e-6);  // the CPU's bound: the bits are the CPU's
+  for (int rows : {1, 4, 16}) {
+    const std::vector<double> x64 = r->values("ref.x_b" + std::to_string(rows)),
+                              ey = r->values("ref.y_b" + std::to_string(rows) + "_fp32");
+    const std::vector<float> x(x64.begin(), x64.end());
+    Dev dx = upload(be, x);
+    Dev dy = poisoned(be, size_t(rows * out));
+    gpu->matmul(Tensor::f32(dx.p(), rows, in), Tensor::f32(dy.p(), rows, out));
+    const std::vector<float> y = download(be, dy);
+    const std::vector<double> want = exl3_test::matmul64(x64, w64, rows, in, out);
+    const double vs_ex = exl3_test::rel_max_error(y, ey, want), vs_64 = rel_err(y.data(), want, want.size());
+    std::printf("[measure] %s b%d: GPU x·W max |Δ|/max |y| vs exllamav3 %.2e, vs float64 %.2e (tolerance %.3g)\n",
+                GetParam(), rows, vs_ex, vs_64, matmul_tol(int(l.codebook)));
+    EXPECT_LT(vs_ex, 1e-3 + matmul_tol(int(l.codebook))) << GetParam() << " b" << rows << ": exllamav3's own fp16 error is ~4e-4";
+    EXPECT_LE(vs_64, matmul_tol(int(l.codebook))) << GetParam() << " b" << rows;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Exllamav3, Exl3CudaExllama, ::testing::ValuesIn(exl3_test::kReferenceCases),
+                         [](const auto& info) { return std::string(info.param); });
+
 TEST(Exl3CudaExperts, MixedBitsAreAnErrorNamingTheExpert) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   cuda::CudaBackend be;
   GroupBuilder b;
   RandomLinear(128, 128, 2, 2, 1).store(b, "experts.0");
@@ -315,7 +360,7 @@ TEST(Exl3CudaExperts, MixedBitsAreAnErrorNamingTheExpert) {
 }
 
 TEST(Exl3CudaPlugin, RegistryServesTheCudaProviderForCuda) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   PluginRegistry reg;
   reg.load_directory(tandem::test::plugin_dir());
   bool found = false;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstdio>
 
+#include "cuda_probe.h"
 #include "formats/gguf/gguf_format.h"
 #include "formats/gguf/gguf_format_cuda.h"
 #include "gguf_cuda_test_util.h"
@@ -28,9 +29,6 @@ bool mma_matmul(const std::string& type) {
 }
 
 using tandem::test::random_vec;
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 const char* const kTypes[] = {"F32",     "F16",    "BF16",  "Q8_0",    "Q4_K",  "Q5_K",  "Q6_K",  "IQ4_NL",
                               "IQ4_XS",  "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M", "NVFP4"};
@@ -77,7 +75,7 @@ double dot_rel_err(const float* got, const float* want, const std::vector<float>
 class GgufCuda : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     be = std::make_unique<cuda::CudaBackend>();
   }
   std::unique_ptr<cuda::CudaBackend> be;
@@ -318,7 +316,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufCuda, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(GgufCudaPlugin, RegistryServesTheCudaProviderForCuda) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   PluginRegistry reg;
   reg.load_directory(tandem::test::plugin_dir());
   bool found = false;

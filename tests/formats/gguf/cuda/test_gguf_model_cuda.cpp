@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 
+#include "cuda_probe.h"
 #include "formats/gguf/gguf_writer.h"
 #include "gguf_cuda_test_util.h"
 #include "gguf_test_util.h"
@@ -19,9 +20,6 @@
 
 namespace tandem::gguf::test {
 namespace {
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // Shapes: every row length a whole number of 256-element blocks.
 constexpr int H = 256, V = 384, NH = 8, P = 32, G = 2, N = 16, K = 4, DIN = NH * P;
@@ -214,7 +212,7 @@ TEST(GgufCudaModel, TheTinyQuantizedModelRunsOnTheCpu) {
 }
 
 TEST(GgufCudaModel, TopTokenMatchesCpuAtEveryPosition) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Model& gpu = model("cuda");
   Model& cpu = model("cpu");
   ASSERT_EQ(gpu.backend().device(), "cuda");
@@ -251,7 +249,7 @@ TEST(GgufCudaModel, TopTokenMatchesCpuAtEveryPosition) {
 }
 
 TEST(GgufCudaModel, VerifyPassEqualsOneAtATimeOnTheGpu) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Model& m = model("cuda");
   const auto all = tokens(21 + 17, 2);
   const std::vector<int32_t> prompt(all.begin(), all.begin() + 21), cont(all.begin() + 21, all.end());

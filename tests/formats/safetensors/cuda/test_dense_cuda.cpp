@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cuda_probe.h"
 #include "device_buffers.h"
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
@@ -19,9 +20,6 @@ namespace tandem::safetensors::test {
 namespace {
 
 using tandem::test::random_vec;
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // A weight as a checkpoint would hold it: bytes of one dtype, and the RawTensor that points at them.
 struct Stored {
@@ -70,7 +68,7 @@ double dot_rel_err(const std::vector<float>& got, const std::vector<float>& want
 class DenseCuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    SKIP_WITHOUT_CUDA();
+    TANDEM_SKIP_WITHOUT_CUDA();
     be = std::make_unique<cuda::CudaBackend>();
   }
   std::unique_ptr<cuda::CudaBackend> be;
@@ -216,7 +214,7 @@ TEST_F(DenseCuda, GatherMatmulMatchesPerExpertCpu) {
 }
 
 TEST(SafetensorsCudaPlugin, RegistryServesTheCudaProviderForCuda) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   PluginRegistry reg;
   reg.load_directory(tandem::test::plugin_dir());
   bool found = false;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "cuda_probe.h"
 #include "fakes.h"
 #include "formats/safetensors/dense_cuda.h"
 #include "mixer_cpu.h"
@@ -17,9 +18,6 @@ namespace {
 
 using tandem::test::random_vec;
 constexpr int kHidden = 32;
-
-#define SKIP_WITHOUT_CUDA() \
-  if (::tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 // The MapLoader's weights as F32 device tensors (through the safetensors CUDA loader).
 class CudaLoader : public WeightLoader {
@@ -125,9 +123,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LT(e, kTol) << what;
 }
 
-
 TEST(Mamba2Cuda, PrefillMatchesCpuAcrossChunkShapes) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   for (bool wide : {false, true}) {
     Pair L(wide ? wide_desc() : small_desc(), wide ? 11 : 7);
     for (int n : {1, 15, 16, 37, 130}) {
@@ -151,7 +148,7 @@ TEST(Mamba2Cuda, PrefillMatchesCpuAcrossChunkShapes) {
 }
 
 TEST(Mamba2Cuda, VerifyMatchesCpu) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   for (bool wide : {false, true}) {
     Pair L(wide ? wide_desc() : small_desc(), 21);
     auto x = random_vec(size_t(28) * kHidden, 300);
@@ -169,7 +166,7 @@ TEST(Mamba2Cuda, VerifyMatchesCpu) {
 // A verify pass of k+1 tokens against k+1 single committed steps: every row bit for bit, and
 // commit(n) leaves the state (conv window and SSM) of n steps, from which the next step continues.
 TEST(Mamba2Cuda, VerifyIsBatchInvariantAndCommitIsExact) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   for (bool wide : {false, true}) {
     Pair L(wide ? wide_desc() : small_desc(), 31);
     const int p0 = 20, steps = 16;
@@ -203,7 +200,7 @@ TEST(Mamba2Cuda, VerifyIsBatchInvariantAndCommitIsExact) {
 // Prefill passes split on the chunk grid give the bits of one pass, as long as every part takes the
 // same dense-matmul kernel (above 16 rows; decode-sized passes use the batch-invariant GEMV).
 TEST(Mamba2Cuda, PrefillSplitOnChunkGridIsBitExact) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Pair L(small_desc(), 41);
   auto x = random_vec(size_t(80) * kHidden, 500);
   auto one = L.fresh_gpu(), two = L.fresh_gpu();
@@ -216,7 +213,7 @@ TEST(Mamba2Cuda, PrefillSplitOnChunkGridIsBitExact) {
 }
 
 TEST(Mamba2Cuda, CommitRulesAreEnforced) {
-  SKIP_WITHOUT_CUDA();
+  TANDEM_SKIP_WITHOUT_CUDA();
   Pair L(small_desc(), 51);
   auto x = random_vec(size_t(8) * kHidden, 600);
   auto st = L.fresh_gpu();
