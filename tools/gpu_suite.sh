@@ -17,14 +17,20 @@ case "${1:-}" in
   tests)
     b=$2
     export TANDEM_TEST_BINARY_DIR=$b  # the plugins: $b/lib/tandem/plugins
+    failed=0
     for t in $tests; do
       [ -x "$b/bin/$t" ] || { echo "== $t: not in $b/bin"; continue; }
       start=$(date +%s)
       timeout "${LIMIT:-300}" "$b/bin/$t" --gtest_brief=1 >"$OUT/$(basename "$b")_$t.log" 2>&1
       rc=$?
       echo "== $t rc=$rc $(($(date +%s) - start)) s $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$(basename "$b")_$t.log" | tr '\n' ' ')"
-      [ $rc -ne 0 ] && grep -E "FAILED|Failure|rror" "$OUT/$(basename "$b")_$t.log" | head -8
-    done ;;
+      if [ $rc -ne 0 ]; then
+        failed=$((failed + 1))
+        grep -E "FAILED|Failure|rror" "$OUT/$(basename "$b")_$t.log" | head -8
+      fi
+    done
+    echo "== $failed test binaries failed"
+    [ $failed -eq 0 ] ;;
   bench)
     a=$2 b=$3
     args=${BENCH_ARGS:---device cuda --decode-tokens 256 --prefill 512,4096 --no-profile}
