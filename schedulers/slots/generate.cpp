@@ -14,6 +14,8 @@ Generation::Generation(Model& model, Drafting* drafting, std::vector<int32_t> pr
       chunk_(prefill_chunk > 0 ? size_t(prefill_chunk) : prompt_.size()), sampling_(sampling), rng_(sampling.seed) {
   check(!prompt_.empty(), "generate: the prompt is empty");
   check(prefill_chunk >= 0, "generate: the prefill chunk must not be negative, found ", prefill_chunk);
+  // The state is allocated here, not in the first step: a prefill's time is its passes alone.
+  seq_ = model_.new_sequence(context_);
 }
 
 Generation::~Generation() = default;
@@ -32,7 +34,6 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     return !ended_;
   }
   if (prefilling()) {
-    if (!seq_) seq_ = model_.new_sequence(context_);
     const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
     // A drafted request prefills through its DraftedRequest: drafters reading hidden states see the prompt.
     if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);

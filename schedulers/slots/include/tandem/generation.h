@@ -35,8 +35,8 @@ class TANDEM_API Generation {
   size_t prefilled() const { return prefilled_; }
   // Passes that emitted tokens (the last prefill chunk and every decode or verify pass).
   int64_t steps() const { return steps_; }
-  // Tokens committed to the sequence so far (0 before the first pass).
-  int64_t position() const { return seq_ ? seq_->pos : 0; }
+  // Tokens committed to the sequence so far.
+  int64_t position() const { return seq_->pos; }
   // This request's drafting numbers; null when plain, or before the first token.
   const DraftMetrics* draft_metrics() const;
 
