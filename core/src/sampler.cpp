@@ -99,19 +99,37 @@ void check_sample_logits(const float* logits, int64_t vocab) {
   check(logits != nullptr, "sample: logits is null");
 }
 
-// Greedy decoding runs this over the whole vocabulary every step (131,072 logits on Bolt), so the
-// NaN test is a plain branch to a cold fail(): check()'s variadic parts, called per element from a
-// shared library, cost ~40 % of the scan.
+// Greedy decoding runs this over the whole vocabulary every step (131,072 logits on Bolt, ~0.1 ms of
+// host time per token with one compare chain). Eight running maxima break the chain (the compiler
+// vectorizes them), NaN is looked for alongside, and a second scan returns the first index holding
+// the maximum: the same token as a strict left-to-right `>` scan.
 int32_t argmax(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  float top = logits[0];
-  for (int64_t i = 0; i < vocab; ++i) {
+  constexpr int kLanes = 8;
+  float top[kLanes];
+  for (float& t : top) t = -INFINITY;
+  bool nan = false;
+  int64_t i = 0;
+  for (; i + kLanes <= vocab; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = logits[i + j];
+      nan |= v != v;
+      top[j] = v > top[j] ? v : top[j];
+    }
+  for (; i < vocab; ++i) {
     const float v = logits[i];
-    if (std::isnan(v)) [[unlikely]]
-      fail("sample: logit ", i, " is nan");
-    if (v > top) top = v, best = i;
+    nan |= v != v;
+    top[0] = v > top[0] ? v : top[0];
   }
-  return int32_t(best);
+  if (nan) [[unlikely]] {
+    for (i = 0; !std::isnan(logits[i]); ++i) {
+    }
+    fail("sample: logit ", i, " is nan");
+  }
+  float m = top[0];
+  for (int j = 1; j < kLanes; ++j) m = top[j] > m ? top[j] : m;
+  for (i = 0; i < vocab; ++i)
+    if (logits[i] == m) return int32_t(i);
+  return 0;  // unreachable: the maximum is one of the logits
 }
 
 }  // namespace
