@@ -11,6 +11,7 @@
 #include "tandem/backend.h"
 #include "tandem/error.h"
 #include "tandem/parallel.h"
+#include "tandem/random_bytes.h"
 #include "tandem/tensor.h"
 
 namespace tandem::synth {
@@ -23,18 +24,6 @@ uint64_t mix64(uint64_t z) {
 }
 
 Rng row_rng(uint64_t stream, int64_t row) { return Rng(mix64(stream + mix64(uint64_t(row) + 0x632be59bd9b4e019ull))); }
-
-void random_bytes(Rng& r, uint8_t* p, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t v = r.next();
-    std::memcpy(p + i, &v, 8);
-  }
-  if (i < n) {
-    uint64_t v = r.next();
-    std::memcpy(p + i, &v, n - i);
-  }
-}
 
 void put_f16(uint8_t* p, float v) {
   uint16_t h = f32_to_f16(v);

@@ -16,6 +16,7 @@
 #include "gguf_writer.h"
 #include "quant.h"
 #include "tandem/error.h"
+#include "tandem/random_bytes.h"
 #include "tandem/tensor.h"
 
 namespace tandem::gguf {
@@ -75,18 +76,6 @@ class File final : public TensorFile {
   size_t next_ = 0;   // one past the tensor being written
   uint64_t left_ = 0;
 };
-
-void random_bytes(Rng& r, uint8_t* p, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t v = r.next();
-    std::memcpy(p + i, &v, 8);
-  }
-  if (i < n) {
-    uint64_t v = r.next();
-    std::memcpy(p + i, &v, n - i);
-  }
-}
 
 // NVFP4 block scales: UE4M3 codes near 1.0 (0x38), so rows vary without leaving the format's range.
 constexpr uint8_t kFp4ScaleLo = 0x34, kFp4ScaleSpan = 9;
