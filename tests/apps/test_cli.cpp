@@ -16,6 +16,7 @@
 #include "tandem/npy.h"
 #include "tandem/registry.h"
 #include "tandem/text/tokenizer.h"
+#include "run_program.h"
 #include "test_util.h"
 #include "tiny_chat_model.h"
 
@@ -24,26 +25,8 @@ using namespace tandem;
 
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out, err;
-};
-
-CliRun run(const std::string& args) {
-  fs::path err = fs::temp_directory_path() / ("tandem_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(TANDEM_BINARY_DIR) + "/bin/tandem " + args + " 2>" + err.string();
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  std::ifstream ef(err);
-  std::stringstream es;
-  es << ef.rdbuf();
-  fs::remove(err);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, es.str()};
-}
+using CliRun = tandem::test::ProgramRun;
+CliRun run(const std::string& args) { return tandem::test::run_program("tandem", args); }
 
 std::string prompt_file() {
   fs::path p = fs::temp_directory_path() / ("tandem_cli_prompt_" + std::to_string(::getpid()) + ".txt");

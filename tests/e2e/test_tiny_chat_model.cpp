@@ -13,32 +13,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "run_program.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct ToolRun {
-  int status;
-  std::string out, err;
-};
-
-ToolRun make_model(const std::string& args) {
-  fs::path err = fs::temp_directory_path() / ("tandem_tiny_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-make-tiny-chat-model " + args + " 2>" + err.string();
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  std::ifstream ef(err);
-  std::stringstream es;
-  es << ef.rdbuf();
-  fs::remove(err);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, es.str()};
-}
+using ToolRun = tandem::test::ProgramRun;
+ToolRun make_model(const std::string& args) { return tandem::test::run_program("tandem-make-tiny-chat-model", args); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
