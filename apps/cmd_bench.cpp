@@ -417,8 +417,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
     o.json = a.str("json", "");
     o.command = r.command, o.commit = r.commit, o.date = r.date, o.model = p.load.path;
     p.load.progress = cli::progress_printer("loading weights");
-    auto model = Model::load(p.load, reg);
-    run_asks(*model, reg, *make_text_codec(p, *open_checkpoint(p.load, reg)), o);
+    std::string format_name;  // the checkpoint is opened once: codec from its side files, then the model
+    std::unique_ptr<Checkpoint> checkpoint = open_checkpoint(p.load, reg, &format_name);
+    const std::shared_ptr<TextCodec> codec = make_text_codec(p, *checkpoint);
+    auto model = Model::load(std::move(checkpoint), format_name, p.load, reg);
+    run_asks(*model, reg, *codec, o);
     return 0;
   }
   // The copy bandwidth first, on a backend of its own, while the device is still empty.
@@ -427,7 +430,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::optional<synth::Plan> plan;
   if (synthetic) {
     const synth::Mix mix = synth::parse_mix(a.str("mix", "gguf-iq2"));
-    plan = synth::make_plan(synth::model_shape(a.str("synth"), a.flag("uniform")), mix);
+    plan = synth::make_plan(synth::model_shape(a.str("synth"), a.flag("uniform")), mix, &reg);
     r.model = "synth:" + a.str("synth") + (a.flag("uniform") ? "-uniform" : "") + "/" + synth::mix_name(mix);
     r.plan_decode_bytes = plan->totals.decode_bytes;
     r.params = plan->totals.params, r.active_params = plan->totals.active;

@@ -219,15 +219,16 @@ Mix parse_mix(const std::string& name) {
 const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : mix == Mix::Bf16 ? "bf16" : "exl3-2"; }
 const char* mix_writer(Mix mix) { return mix == Mix::GgufIq2 ? "gguf" : "safetensors"; }
 
-std::shared_ptr<const Writer> find_writer(const std::string& name) {
+std::shared_ptr<const Writer> find_writer(const std::string& name, PluginRegistry* registry) {
   static std::mutex mu;
-  static std::unique_ptr<PluginRegistry> reg;
+  static std::unique_ptr<PluginRegistry> defaults;
   std::lock_guard<std::mutex> lock(mu);
-  if (!reg) {
+  if (!registry && !defaults) {
     auto r = std::make_unique<PluginRegistry>();
     r->load_default();
-    reg = std::move(r);
+    defaults = std::move(r);
   }
+  PluginRegistry* reg = registry ? registry : defaults.get();
   const auto names = reg->names(TANDEM_KIND_WRITER);
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string list;
@@ -248,11 +249,11 @@ std::string Weight::expert_name(const std::string& pattern, int e) const {
   return at == std::string::npos ? pattern : pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 3);
 }
 
-Plan make_plan(const ModelDesc& desc, Mix mix) {
+Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry) {
   Plan p;
   p.desc = desc;
   p.mix = mix;
-  p.writer = find_writer(mix_writer(mix));
+  p.writer = find_writer(mix_writer(mix), registry);
   const Writer& writer = *p.writer;
   p.weights = Planner(desc).weights();
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {

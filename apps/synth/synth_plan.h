@@ -13,6 +13,10 @@
 #include "tandem/model_config.h"
 #include "tandem/writer.h"
 
+namespace tandem {
+class PluginRegistry;
+}
+
 namespace tandem::synth {
 
 // gguf-iq2: routed and shared experts IQ2_XXS, Mamba in/out NVFP4 with a per-tensor `.scale`,
@@ -29,9 +33,10 @@ enum class Mix { GgufIq2, Bf16, Exl3_2 };
 Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2"; errors list the names
 const char* mix_name(Mix mix);
 const char* mix_writer(Mix mix);         // the Writer a mix's files are written with: "gguf", "safetensors"
-// The Writer of that name from the plugins (loaded once, TANDEM_PLUGIN_PATH and the default folder).
-// Error: no loaded plugin provides it (the message lists those that do).
-std::shared_ptr<const Writer> find_writer(const std::string& name);
+// The Writer of that name from `registry`, or when null from the default plugins (loaded once,
+// TANDEM_PLUGIN_PATH and the default folder). Error: no loaded plugin provides it (the message lists
+// those that do).
+std::shared_ptr<const Writer> find_writer(const std::string& name, PluginRegistry* registry = nullptr);
 
 // What a weight is for: decides its type in a mix and which weights a decode step reads.
 enum class Role { Embedding, Head, Norm, MambaProj, MambaVector, Attention, Latent, Router, RouterBias, Routed, Shared, Mlp };
@@ -103,7 +108,9 @@ struct Plan {
   Totals totals;
 };
 
-// Every weight of `desc` and the tensors of `mix`. Errors name the shape a mix cannot hold.
-Plan make_plan(const ModelDesc& desc, Mix mix);
+// Every weight of `desc` and the tensors of `mix`, written with `registry`'s writer (null: the default
+// plugins'; a command that has loaded its plugins passes its registry, so they load once). The
+// registry must outlive the plan. Errors name the shape a mix cannot hold.
+Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry = nullptr);
 
 }  // namespace tandem::synth
