@@ -21,7 +21,7 @@ const CommandSpec& synth_spec() {
       with_verbose_flag({
           {"shape", "tiny|nano|bolt|super", "the model's shape (required)"},
           {"uniform", "", "every layer the same kind (for per-layer timing)"},
-          {"mix", "gguf-iq2|bf16", "the weight types (required)"},
+          {"mix", "gguf-iq2|bf16|exl3-2", "the weight types (required)"},
           {"out", "PATH", "the file (gguf) or folder (bf16) to write; or --dry-run"},
           {"dry-run", "", "print the sizes only, write nothing"},
           {"seed", "S", "random seed (default 0)"},

@@ -206,15 +206,11 @@ DraftedRequest::DraftedRequest(Drafting& drafting, Sequence& seq, const std::vec
   }
 }
 
-void DraftedRequest::prefill(size_t n, std::vector<float>& logits) {
+void DraftedRequest::prefilled(int64_t pos0, size_t n) {
   State& s = *st_;
-  check(!s.started, "drafted request: prefill() after start()");
-  check(n >= 1 && s.prefilled + n <= s.prompt.size(), "drafted request: prefill of ", n, " tokens after ", s.prefilled,
-        " of the prompt's ", s.prompt.size());
-  const std::vector<int32_t> part(s.prompt.begin() + long(s.prefilled), s.prompt.begin() + long(s.prefilled + n));
-  const int64_t pos0 = s.seq.pos;
-  s.im.model.forward(s.seq, part, ForwardMode::Prefill, logits, false);
-  s.im.model.commit(s.seq, int(n));
+  check(!s.started, "drafted request: prefilled() after start()");
+  check(n >= 1 && s.prefilled + n <= s.prompt.size(), "drafted request: a prefill of ", n, " tokens after ",
+        s.prefilled, " of the prompt's ", s.prompt.size());
   s.prefilled += n;
   for (size_t d = 0; d < s.specs.size(); ++d)
     if (!s.im.slots[d].layers.empty()) s.specs[d]->observe_prompt(s.hidden(d, pos0, int64_t(n)));

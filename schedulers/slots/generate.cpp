@@ -35,15 +35,13 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
   }
   if (prefilling()) {
     const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
-    // A drafted request prefills through its DraftedRequest: drafters reading hidden states see the prompt.
+    // A drafted request is made before the prompt runs, so drafters reading hidden states see it.
     if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
-    if (drafted_) {
-      drafted_->prefill(n, logits_);
-    } else {
-      const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
-      model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
-      model_.commit(*seq_, int(n));
-    }
+    const int64_t pos0 = seq_->pos;
+    const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
+    model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
+    model_.commit(*seq_, int(n));
+    if (drafted_) drafted_->prefilled(pos0, n);
     prefilled_ += n;
     if (prefilling()) return true;
     if (max_tokens == 0) return !(ended_ = true);

@@ -80,8 +80,8 @@ class TANDEM_API Drafting {
   std::unique_ptr<Impl> impl_;
 };
 
-// The drafted steps of one request, for tandem::Generation (generation.h). The prompt is prefilled
-// through it (prefill(), in parts), so drafters that read the target's hidden states see every
+// The drafted steps of one request, for tandem::Generation (generation.h), which prefills the prompt
+// and reports each part (prefilled()), so drafters that read the target's hidden states see every
 // prompt row; the caller picks the first token from the last part's logits and hands it to start();
 // each step() then verifies one chain (or takes a plain step) and emits 1..k+1 tokens.
 // Owner: borrows the Drafting, the Sequence and the Rng (all must outlive it); on destruction its
@@ -96,8 +96,9 @@ class TANDEM_API DraftedRequest {
   DraftedRequest(const DraftedRequest&) = delete;
   DraftedRequest& operator=(const DraftedRequest&) = delete;
 
-  // Prefills and commits the next n prompt tokens; `logits` receives the last one's ([vocab]).
-  void prefill(size_t n, std::vector<float>& logits);
+  // The caller ran and committed the next n prompt tokens at positions pos0 …: the drafters that read
+  // hidden states receive those rows (the model's taps of that pass).
+  void prefilled(int64_t pos0, size_t n);
   // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed), once the
   // whole prompt is prefilled.
   void start(int32_t first);
