@@ -9,6 +9,29 @@
 namespace tandem {
 namespace {
 
+// Backend lanes for the span of one mixer's forward: join() on every way out, so an exception
+// thrown by an op between fork and join does not leave the backend's lanes open.
+class Lanes {
+ public:
+  Lanes(Backend& be, int n) : be_(be) { be_.fork(n); }
+  ~Lanes() {
+    if (!joined_) try {
+        be_.join();
+      } catch (...) {  // already unwinding from the op's own error, which is the one to report
+      }
+  }
+  void to(int i) { be_.lane(i); }
+  void wait(int i) { be_.wait_lane(i); }
+  void join() {
+    joined_ = true;
+    be_.join();
+  }
+
+ private:
+  Backend& be_;
+  bool joined_ = false;
+};
+
 std::unique_ptr<Buffer> upload_vector(Backend& be, const std::vector<float>& v) {
   auto b = be.alloc(std::max<size_t>(v.size() * sizeof(float), 64));
   be.upload(b->data(), v.data(), v.size() * sizeof(float));
@@ -50,9 +73,15 @@ class Attention : public Mixer {
     int64_t n = x.rows;
     Tensor q = s_.attn_q.f32(be_, n, q_->rows()), k = s_.attn_k.f32(be_, n, k_->rows()),
            v = s_.attn_v.f32(be_, n, v_->rows()), a = s_.attn_out.f32(be_, n, q_->rows());
-    q_->matmul(x, q);
+    // q, k and v are independent: three lanes, so that three latency-bound matmuls overlap.
+    Lanes lanes(be_, 3);
+    lanes.to(1);
     k_->matmul(x, k);
+    lanes.to(2);
     v_->matmul(x, v);
+    lanes.to(0);
+    q_->matmul(x, q);
+    lanes.join();
     // Rows past the committed length are only ever read after being rewritten, so neither forward
     // nor commit needs to clear them. The position goes through device memory (the Model writes it
     // before each pass), so a captured pass replays at any position.
@@ -126,19 +155,33 @@ class MoE : public Mixer {
 
   // Every (token, slot) runs its expert as one row of a gathered matmul; each token then sums its k
   // outputs in slot order (moe_combine), so a token's result does not depend on the batch.
+  // The shared expert and the latent down-projection do not depend on the routing: they run on lanes
+  // of their own (Backend::fork) beside the router, each in its own scratch slots, so that their
+  // latency-bound matmuls overlap the routed chain instead of queuing behind it.
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
     const int64_t n = x.rows, k = d_.top_k;
+    const int shared_lane = shared_.up ? 1 : 0, latent_lane = fc1_ ? 1 + shared_lane : 0;
+    Lanes lanes(be_, 1 + (shared_.up ? 1 : 0) + (fc1_ ? 1 : 0));
+    Tensor s;
+    if (shared_.up) {
+      lanes.to(shared_lane);
+      s = s_.moe_shared.f32(be_, n, hidden_);
+      shared_.run(be_, s_, x, s);
+    }
+    Tensor u = x;
+    if (fc1_) {
+      lanes.to(latent_lane);
+      u = s_.moe_latent.f32(be_, n, d_.latent);
+      fc1_->matmul(x, u);
+    }
+    lanes.to(0);
     Tensor logits = s_.moe_logits.f32(be_, n, d_.n_experts);
     gate_->matmul(x, logits);
     Tensor ids = s_.moe_ids.f32(be_, n, k), wts = s_.moe_weights.f32(be_, n, k);  // ids: the f32 slot as i32
     int32_t* id = static_cast<int32_t*>(ids.data);
     be_.moe_route(logits, bias_ ? static_cast<float*>(bias_->data()) : nullptr, route_, id, wts.f32());
+    if (fc1_) lanes.wait(latent_lane);
 
-    Tensor u = x;
-    if (fc1_) {
-      u = s_.moe_latent.f32(be_, n, d_.latent);
-      fc1_->matmul(x, u);
-    }
     Tensor h = s_.moe_hidden.f32(be_, n * k, d_.width), eo = s_.moe_expert_out.f32(be_, n * k, u.cols);
     up_->gather_matmul(u, id, int(k), h);
     be_.relu2(h);
@@ -146,11 +189,8 @@ class MoE : public Mixer {
     Tensor r = fc2_ ? s_.moe_sum.f32(be_, n, u.cols) : out;
     be_.moe_combine(eo, wts.f32(), int(k), r);
     if (fc2_) fc2_->matmul(r, out);
-    if (shared_.up) {
-      Tensor s = s_.moe_shared.f32(be_, n, hidden_);
-      shared_.run(be_, s_, x, s);
-      be_.add(out, s, out);
-    }
+    lanes.join();
+    if (shared_.up) be_.add(out, s, out);
   }
   void commit(LayerState&, const ForwardInfo&, int) override {}
 

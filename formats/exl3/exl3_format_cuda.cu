@@ -57,16 +57,26 @@ class Scratch {
 };
 
 // Scratch shared by every EXL3 tensor of the process for the decode GEMV and small gathers: one
-// workspace and one zeroed counter buffer, reused by every call (calls are serialized on the one
-// engine stream, and the kernels leave the counters zero), so a call allocates nothing and a CUDA
-// graph sees fixed addresses. Tensors reserve their need at load; a call that needs more outside a
-// capture grows the arena, and the replaced buffers are kept (never freed), so graphs captured
-// before still point at live memory. Device 0, as the CUDA backend.
+// workspace and one zeroed counter buffer per lane, reused by every call on that lane (calls on one
+// lane are serialized on its stream, and the kernels leave the counters zero; calls on two lanes may
+// run at once, so each lane has its own: Backend::fork), so a call allocates nothing and a CUDA
+// graph sees fixed addresses. Tensors reserve their need at load, on every lane; a call that needs
+// more outside a capture grows its lane's arena, and the replaced buffers are kept (never freed), so
+// graphs captured before still point at live memory. Device 0, as the CUDA backend.
 class Arena {
  public:
-  static Arena& get() {
-    static Arena* a = new Arena;  // never destroyed: graphs may outlive every tensor
-    return *a;
+  static Arena& get() { return of(cuda::lane()); }
+  // Grows every lane's arena (at load).
+  static void reserve_all(size_t bytes, size_t counters, cudaStream_t s) {
+    for (int i = 0; i < kMaxLanes; ++i) of(i).reserve(bytes, counters, s);
+  }
+  static Arena& of(int lane) {
+    static Arena* a[kMaxLanes] = {};  // never destroyed: graphs may outlive every tensor
+    static std::mutex mu;
+    check(lane >= 0 && lane < kMaxLanes, "exl3: lane ", lane, " outside [0, ", kMaxLanes, ")");
+    std::lock_guard<std::mutex> lock(mu);
+    if (!a[lane]) a[lane] = new Arena;
+    return *a[lane];
   }
   // Grows (on `s`, which must not be capturing) to at least the sizes.
   void reserve(size_t bytes, size_t counters, cudaStream_t s) {
@@ -180,7 +190,7 @@ class Exl3CudaTensor final : public QuantizedTensor {
       bytes = std::max(bytes, kcuda::matmul_workspace_bytes(w, rows));
       counters = std::max(counters, kcuda::matmul_counters(w, rows));
     }
-    Arena::get().reserve(bytes, counters, cuda::stream());
+    Arena::reserve_all(bytes, counters, cuda::stream());
   }
 
   std::string type_name() const override { return type_of(l_); }
@@ -280,7 +290,7 @@ class Exl3CudaExperts final : public ExpertSet {
     svh_ = upload_floats(be, svh);
     if (any_bias) bias_ = upload_floats(be, bias);
     const kcuda::DeviceWeights w = device_weights();
-    Arena::get().reserve(kcuda::gather_workspace_bytes(w, kArenaGatherRows, 1),
+    Arena::reserve_all(kcuda::gather_workspace_bytes(w, kArenaGatherRows, 1),
                          kcuda::gather_counters(w, kArenaGatherRows, 1), cuda::stream());
   }
 

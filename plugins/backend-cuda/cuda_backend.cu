@@ -53,8 +53,21 @@ class BlockPool {
 
   void put(void* p, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
-    free_.emplace(size, p);
+    if (deferring_) {
+      pending_.emplace_back(size, p);
+    } else {
+      free_.emplace(size, p);
+    }
     ++released_;
+  }
+  // While lanes are open, a released block may still be read by another lane's queued work: it is
+  // handed out again only after the join, which orders that work before everything that follows.
+  void defer(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    deferring_ = on;
+    if (on) return;
+    for (auto& [size, p] : pending_) free_.emplace(size, p);
+    pending_.clear();
   }
 
   uint64_t released() const {
@@ -92,6 +105,8 @@ class BlockPool {
 
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;
+  std::vector<std::pair<size_t, void*>> pending_;
+  bool deferring_ = false;
   size_t held_ = 0, peak_ = 0;
   uint64_t released_ = 0, handed_out_ = 0;  // graph bookkeeping: buffers returned / handed out so far
 };
@@ -139,7 +154,69 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<BlockPool>()) {
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  if (lanes_open_) current_device_queue() = DeviceQueue{};
+  for (int i = 0; i < kMaxLanes; ++i) {
+    if (lane_streams_[i]) (void)cudaStreamDestroy(lane_streams_[i]);
+    if (lane_events_[i]) (void)cudaEventDestroy(lane_events_[i]);
+  }
+  if (fork_event_) (void)cudaEventDestroy(fork_event_);
+}
+
+bool CudaBackend::lanes_enabled() const {
+  static const bool on = [] {
+    const char* env = std::getenv("TANDEM_CUDA_LANES");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
+cudaStream_t CudaBackend::lane_stream(int i) const { return i == 0 ? cudaStreamPerThread : lane_streams_[i]; }
+
+void CudaBackend::fork(int lanes) {
+  check(!lanes_open_, "cuda: fork while lanes are open (join first)");
+  check(lanes >= 1 && lanes <= kMaxLanes, "cuda: fork of ", lanes, " lanes, expected 1 to ", kMaxLanes);
+  if (!lanes_enabled() || lanes == 1) return;
+  if (!fork_event_) check_cuda(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "fork: event");
+  check_cuda(cudaEventRecord(fork_event_, cudaStreamPerThread), "fork: record");
+  for (int i = 1; i < lanes; ++i) {
+    if (!lane_streams_[i])
+      check_cuda(cudaStreamCreateWithFlags(&lane_streams_[i], cudaStreamNonBlocking), "fork: create a lane stream");
+    check_cuda(cudaStreamWaitEvent(lane_streams_[i], fork_event_, 0), "fork: lane waits");
+  }
+  for (int i = 0; i < lanes; ++i)
+    if (!lane_events_[i]) check_cuda(cudaEventCreateWithFlags(&lane_events_[i], cudaEventDisableTiming), "fork: event");
+  n_lanes_ = lanes;
+  lanes_open_ = true;
+  pool_->defer(true);
+}
+
+void CudaBackend::lane(int i) {
+  if (!lanes_open_) return;  // lanes off (or one lane): everything stays in order on the stream
+  check(i >= 0 && i < n_lanes_, "cuda: lane ", i, " of ", n_lanes_, " open lanes");
+  current_device_queue() = DeviceQueue{i == 0 ? nullptr : static_cast<void*>(lane_streams_[i]), i};
+}
+
+void CudaBackend::wait_lane(int i) {
+  if (!lanes_open_) return;
+  check(i >= 0 && i < n_lanes_, "cuda: wait for lane ", i, " of ", n_lanes_, " open lanes");
+  const int at = current_device_queue().lane;
+  if (i == at) return;
+  check_cuda(cudaEventRecord(lane_events_[i], lane_stream(i)), "wait_lane: record");
+  check_cuda(cudaStreamWaitEvent(lane_stream(at), lane_events_[i], 0), "wait_lane: wait");
+}
+
+void CudaBackend::join() {
+  if (!lanes_open_) return;
+  for (int i = 1; i < n_lanes_; ++i) {
+    check_cuda(cudaEventRecord(lane_events_[i], lane_streams_[i]), "join: record");
+    check_cuda(cudaStreamWaitEvent(cudaStreamPerThread, lane_events_[i], 0), "join: wait");
+  }
+  current_device_queue() = DeviceQueue{};
+  lanes_open_ = false;
+  n_lanes_ = 1;
+  pool_->defer(false);
+}
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
   auto b = std::make_unique<DeviceBuffer>(pool_, bytes);
@@ -161,7 +238,10 @@ void CudaBackend::download(void* dst_host, const void* src, size_t bytes) {
   check_cuda(cudaStreamSynchronize(stream()), "download: synchronize");
 }
 
-void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
+void CudaBackend::synchronize() {
+  check(!lanes_open_, "cuda: synchronize while lanes are open");
+  check_cuda(cudaStreamSynchronize(stream()), "synchronize");
+}
 
 size_t CudaBackend::pool_bytes() const { return pool_->held(); }
 

@@ -10,6 +10,10 @@
 #include <string>
 
 #include "tandem/backend.h"
+#include "tandem/device_queue.h"
+
+struct CUstream_st;  // cudaStream_t and cudaEvent_t, without the CUDA headers (plain C++ includes this)
+struct CUevent_st;
 
 namespace tandem::cuda {
 
@@ -66,12 +70,28 @@ class CudaBackend final : public Backend {
   // Buffers released to the pool so far.
   uint64_t memory_epoch() const override;
 
+  // Lanes are streams beside this thread's stream, joined by events (recorded into graphs like the
+  // kernels). TANDEM_CUDA_LANES=0 keeps every op on the one stream. Blocks released while lanes are
+  // open are handed out again only after the join.
+  void fork(int lanes) override;
+  void lane(int i) override;
+  void wait_lane(int i) override;
+  void join() override;
+
  private:
   void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
                        const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                        const Tensor& out) const;
 
+  bool lanes_enabled() const;
+  CUstream_st* lane_stream(int i) const;
+
   std::shared_ptr<BlockPool> pool_;
+  CUstream_st* lane_streams_[kMaxLanes] = {};
+  CUevent_st* lane_events_[kMaxLanes] = {};
+  CUevent_st* fork_event_ = nullptr;
+  int n_lanes_ = 1;
+  bool lanes_open_ = false;
   bool capturing_ = false;
   uint64_t capture_allocs_ = 0, capture_epoch_ = 0;
 };

@@ -134,6 +134,19 @@ class Backend {
   // The most device memory this backend has held at once, in bytes (0 = unknown).
   virtual size_t peak_memory_bytes() const { return 0; }
 
+  // Optional: concurrent lanes inside a pass, for independent work that alone would leave the device
+  // idle (a layer's shared expert beside its routed experts). fork(n) opens lanes 1 .. n−1, each
+  // starting after the work queued so far; lane(i) sends the ops that follow to lane i (0 = the main
+  // queue); wait_lane(i) makes the current lane wait for the work queued on lane i so far; join()
+  // makes lane 0 wait for every lane, sends ops to lane 0 again and closes the lanes. Work on two
+  // lanes may run at the same time: it must write disjoint memory and read nothing the other writes.
+  // Lanes are recorded by graph capture like any op. Nothing may synchronize while lanes are open.
+  // Default: one queue, in order (every lane is lane 0), which is always correct.
+  virtual void fork(int lanes) { (void)lanes; }
+  virtual void lane(int i) { (void)i; }
+  virtual void wait_lane(int i) { (void)i; }
+  virtual void join() {}
+
   // Optional: graph capture (CUDA graphs). Between begin_capture() and end_capture() the ops queued on
   // this thread are recorded, not run. begin_capture() returns false when the backend cannot capture
   // (the default); then nothing is recording. end_capture() returns the graph, or nullptr when the

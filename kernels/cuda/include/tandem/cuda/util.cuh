@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tandem/cuda/util.h"
+#include "tandem/device_queue.h"
 #include "tandem/error.h"
 
 namespace tandem::cuda {
@@ -21,11 +22,16 @@ inline void check_cuda(cudaError_t e, const char* what) {
 // After a launch: the configuration error, if any (no synchronization).
 inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
-// The queue every CUDA module uses. Backend has no accessor for a native stream yet, so the
-// backend, the formats and the layers all queue on the calling thread's per-thread default stream:
-// one engine thread gives one ordered stream, and unlike the legacy stream it can be captured into a
-// CUDA graph. (Once Backend exposes its stream, this is the one place to change.)
-inline cudaStream_t stream() { return cudaStreamPerThread; }
+// The queue every CUDA module uses: the calling thread's per-thread default stream (one engine
+// thread gives one ordered stream, and unlike the legacy stream it can be captured into a CUDA
+// graph), or, while the backend has lanes open (Backend::fork), the current lane's stream, which the
+// backend publishes in the core's thread-local DeviceQueue so that every module sees it.
+inline cudaStream_t stream() {
+  void* q = current_device_queue().native;
+  return q ? static_cast<cudaStream_t>(q) : cudaStreamPerThread;
+}
+// The current lane (0 outside lanes): modules with scratch reused across calls keep one per lane.
+inline int lane() { return current_device_queue().lane; }
 
 // Weight element types, as the kernels read them.
 enum class WType : int { BF16 = 0, F16 = 1, F32 = 2 };
