@@ -245,6 +245,196 @@ __global__ void chunk_scan_kernel(Layout L, const float* xbc, const float* dt, i
   }
 }
 
+// ---- the fused verify pass (launch_verify_fused) ----
+constexpr int kVerifyWarps = 16;  // state rows per block, one per warp
+constexpr int kVerifyThreads = 32 * kVerifyWarps;
+constexpr int kVerifyTile = 16;   // positions whose conv outputs sit in shared memory at once
+constexpr int kNormWidth = 256;   // threads per row of the backend's gated norm: its sum order
+constexpr int kNormRows = kVerifyThreads / kNormWidth;  // group rows the last block normalizes at once
+static_assert(kVerifyThreads % kNormWidth == 0, "whole norm rows per block");
+
+struct VerifyLayout {
+  int nh, P, G, N, K, hpg;
+  int64_t d_in, cdim, rows, gd;  // gd: columns of one norm group (= heads_per_group · P)
+};
+
+size_t verify_smem_floats(int N) {
+  return size_t(kVerifyTile) * (kVerifyWarps + 2 * N) + kVerifyTile + kVerifyWarps;
+}
+
+// u = y·silu(z), the backend norm's expression. y comes from other blocks: read at L2 (__ldcg), never
+// from a line this SM's L1 may hold from before the hand-off.
+__device__ __forceinline__ float gated_d(const float* y, const float* z, int64_t c) {
+  const float zv = z[c];
+  return __ldcg(y + c) * (zv / (1.0f + expf(-zv)));
+}
+
+// Grid (nh, ceil(P / kVerifyWarps)); block (h, slice) owns state rows p = slice·16 + warp of head h,
+// the x columns of those rows, and (slice 0 of a group's first head) the group's B and C columns in
+// the log. Every block of group g computes the conv of B and C itself (2N columns, K taps each).
+// All __syncthreads sit outside data-dependent branches: loop bounds and `last` are block-uniform.
+template <int NR>
+__global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayout L, VerifyPass v) {
+  extern __shared__ float smem[];
+  float* xs = smem;                                  // [tile][kVerifyWarps]
+  float* bs = xs + kVerifyTile * kVerifyWarps;       // [tile][N]
+  float* cs = bs + kVerifyTile * L.N;                // [tile][N]
+  float* dts = cs + kVerifyTile * L.N;               // [tile]
+  float* scratch = dts + kVerifyTile;                // [kVerifyWarps]: the norm's warp sums
+  __shared__ int last;
+
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  const int h = blockIdx.x, slice = blockIdx.y, g = h / L.hpg;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int p = slice * kVerifyWarps + warp;
+  const bool row_live = p < L.P;  // warp-uniform
+  const float* window = *v.windows.sel ? v.windows.buf[1] : v.windows.buf[0];
+  const bool flip = *v.states.sel != 0;
+  const float* s_in = flip ? v.states.buf[1] : v.states.buf[0];
+  float* s_out = flip ? v.states.buf[0] : v.states.buf[1];
+
+  // The state row's loads go out first; the conv below hides their latency.
+  const int64_t srow = (int64_t(h) * L.P + p) * L.N;
+  float s[NR];
+#pragma unroll
+  for (int i = 0; i < NR; ++i) {
+    const int k = lane + 32 * i;
+    s[i] = row_live && k < L.N ? s_in[srow + k] : 0.0f;
+  }
+  const float ah = v.a[h], dh = v.d[h];
+  const bool bc_owner = slice == 0 && h % L.hpg == 0;
+  const int W = L.K - 1;
+  const int cols = kVerifyWarps + 2 * L.N;  // conv columns per position: own x, then B, then C
+  const float* u = v.proj + L.d_in;         // pre-conv x B C, row stride L.rows
+
+  for (int t0 = 0; t0 < v.n; t0 += kVerifyTile) {
+    const int tt = min(kVerifyTile, v.n - t0);
+    for (int idx = threadIdx.x; idx < tt * cols; idx += blockDim.x) {
+      const int tl = idx / cols, col = idx % cols;
+      int64_t c;
+      float* dst;
+      bool owner;
+      if (col < kVerifyWarps) {
+        const int pc = slice * kVerifyWarps + col;
+        if (pc >= L.P) continue;
+        c = int64_t(h) * L.P + pc, dst = xs + tl * kVerifyWarps + col, owner = true;
+      } else if (col < kVerifyWarps + L.N) {
+        const int k = col - kVerifyWarps;
+        c = L.d_in + int64_t(g) * L.N + k, dst = bs + tl * L.N + k, owner = bc_owner;
+      } else {
+        const int k = col - kVerifyWarps - L.N;
+        c = L.d_in + int64_t(L.G + g) * L.N + k, dst = cs + tl * L.N + k, owner = bc_owner;
+      }
+      const int t = t0 + tl;
+      // conv_silu_kernel's expression, tap by tap.
+      float acc = 0.0f;
+      for (int j = 0; j < L.K; ++j) {
+        const int src = t - W + j;  // position of tap j; negative = from the window
+        const float val = src < 0 ? window[c * W + (W + src)] : u[int64_t(src) * L.rows + c];
+        acc = acc + v.conv_w[c * L.K + j] * val;
+      }
+      if (v.conv_b) acc = acc + v.conv_b[c];
+      const float o = silu_d(acc);
+      *dst = o;
+      if (owner) {
+        v.xbc_log[int64_t(t) * L.cdim + c] = o;
+        v.u_log[int64_t(t) * L.cdim + c] = u[int64_t(t) * L.rows + c];
+      }
+    }
+    if (threadIdx.x < tt) {  // dt_kernel's expression (verify never clamps)
+      const int t = t0 + threadIdx.x;
+      const float dtv = softplus_d(v.proj[int64_t(t) * L.rows + L.d_in + L.cdim + h] + v.dt_bias[h]);
+      dts[threadIdx.x] = dtv;
+      if (slice == 0) v.dt_log[int64_t(t) * L.nh + h] = dtv;
+    }
+    __syncthreads();
+    if (row_live) {  // steps_kernel's recurrence and output
+      for (int tl = 0; tl < tt; ++tl) {
+        const float dtv = dts[tl];
+        const float da = expf(dtv * ah);
+        const float xv = xs[tl * kVerifyWarps + warp];
+        const float dx = dtv * xv;
+        const float* bt = bs + tl * L.N;
+        const float* ct = cs + tl * L.N;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          const int k = lane + 32 * i;
+          if (k < L.N) s[i] = da * s[i] + dx * bt[k];
+        }
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          const int k = lane + 32 * i;
+          if (k < L.N) part = part + s[i] * ct[k];
+        }
+        const float tot = warp_sum(part);
+        if (lane == 0) v.y[int64_t(t0 + tl) * L.d_in + int64_t(h) * L.P + p] = tot + dh * xv;
+      }
+    }
+    __syncthreads();  // the tile's shared values are read before the next tile overwrites them
+  }
+  if (row_live) {
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const int k = lane + 32 * i;
+      if (k < L.N) s_out[srow + k] = s[i];
+    }
+  }
+
+  // Hand-off: every thread fences its y stores to device scope before the block is counted; the block
+  // that brings group g's count to its total has the last y of the group and normalizes it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned per_group = unsigned(L.hpg) * gridDim.y;
+    last = atomicAdd(v.counters + g, 1u) == per_group - 1;
+  }
+  __syncthreads();
+  if (!last) return;  // block-uniform
+  __threadfence();     // acquire side of the count: the other blocks' y are read after it
+
+  // norm_vec_kernel<V, kNormGated> for group g: virtual thread vt of a row sums the float4s
+  // vt, vt + 256, … (components in order) with fmaf, then warp sums and the sum of the 8 warp sums
+  // as block_sum does; kNormRows rows at a time.
+  const int sub = threadIdx.x / kNormWidth, vt = threadIdx.x % kNormWidth;
+  const int64_t gd = L.gd, g0 = int64_t(g) * gd;
+  const float* wg = v.norm_w + g0;
+  for (int r0 = 0; r0 < v.n; r0 += kNormRows) {
+    const int t = r0 + sub;
+    const bool live = t < v.n;
+    const float* yr = v.y + int64_t(t) * L.d_in + g0;
+    const float* zr = v.proj + int64_t(t) * L.rows + g0;  // z: the first d_in columns of proj
+    float ss = 0.0f;
+    if (live) {
+      for (int64_t q = vt; q * 4 < gd; q += kNormWidth)
+        for (int e = 0; e < 4; ++e) {
+          const int64_t c = q * 4 + e;
+          if (c < gd) {
+            const float x = gated_d(yr, zr, c);
+            ss = fmaf(x, x, ss);
+          }
+        }
+    }
+    ss = warp_sum(ss);
+    __syncthreads();  // the previous rows' sums are read
+    if (lane == 0) scratch[warp] = ss;
+    __syncthreads();
+    const int per_row = kNormWidth / 32;
+    const float tot = warp_sum(lane < per_row ? scratch[sub * per_row + lane] : 0.0f);
+    const float rs = 1.0f / sqrtf(tot / float(gd) + v.eps);
+    if (live) {
+      float* outr = v.out + int64_t(t) * L.d_in + g0;
+      for (int64_t q = vt; q * 4 < gd; q += kNormWidth)
+        for (int e = 0; e < 4; ++e) {
+          const int64_t c = q * 4 + e;
+          if (c < gd) outr[c] = wg[c] * (gated_d(yr, zr, c) * rs);
+        }
+    }
+  }
+  if (threadIdx.x == 0) v.counters[g] = 0;  // every other block of g has counted: ready for the next launch
+}
+
 unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, kThreads), 65535 * 8)); }
 
 void check_dims(const Dims& dm) {
@@ -338,6 +528,26 @@ void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, co
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
   chunk_scan_kernel<<<grid, kThreads, 0, stream>>>(L, in.xbc, in.dt, in.n, dm.Q, d, cb, lam, s_in, s_out, y);
   check_launch("mamba2 chunk_scan");
+}
+
+void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream) {
+  check(dm.N <= kMaxState, "mamba2 (cuda): state_size ", dm.N, " exceeds the kernels' limit ", kMaxState);
+  check(ceil_div(dm.P, kVerifyWarps) <= 65535, "mamba2 (cuda): head_dim ", dm.P, " exceeds one verify launch");
+  check(dm.G > 0 && dm.nh % dm.G == 0 && dm.d_in == int64_t(dm.nh) * dm.P, "mamba2 verify_fused: ", dm.nh,
+        " heads of ", dm.P, " do not split into ", dm.G, " groups of d_inner ", dm.d_in);
+  check(v.y != v.out, "mamba2 verify_fused: out must not alias y");
+  if (v.n == 0) return;
+  const VerifyLayout L{dm.nh, dm.P, dm.G, dm.N, dm.K, dm.heads_per_group(), dm.d_in, dm.conv_dim, dm.rows,
+                       dm.d_in / dm.G};
+  const dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kVerifyWarps)));
+  const size_t smem = verify_smem_floats(dm.N) * sizeof(float);  // ≤ 34 KiB at N = 256: no opt-in
+  auto go = [&](auto kernel) {
+    cuda::launch(kernel, grid, dim3(kVerifyThreads), smem, stream, "mamba2 verify_fused", L, v);
+  };
+  if (dm.N <= 32) go(verify_fused_kernel<1>);
+  else if (dm.N <= 64) go(verify_fused_kernel<2>);
+  else if (dm.N <= 128) go(verify_fused_kernel<4>);
+  else go(verify_fused_kernel<8>);
 }
 
 }  // namespace tandem::mamba2
