@@ -389,6 +389,7 @@ __global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayo
   if (threadIdx.x == 0) {
     const unsigned per_group = unsigned(L.hpg) * gridDim.y;
     last = atomicAdd(v.counters + g, 1u) == per_group - 1;
+    __threadfence();  // as cooperative groups' grid sync: the count read, then a fence, then the barrier
   }
   __syncthreads();
   if (!last) return;  // block-uniform
