@@ -246,8 +246,10 @@ __global__ void chunk_scan_kernel(Layout L, const float* xbc, const float* dt, i
 }
 
 // ---- the fused verify pass (launch_verify_fused) ----
-constexpr int kVerifyWarps = 16;  // state rows per block, one per warp
+constexpr int kVerifyWarps = 16;
 constexpr int kVerifyThreads = 32 * kVerifyWarps;
+constexpr int kRowsPerWarp = 2;  // state rows per warp: 32 per block, 256 blocks at Bolt's size (one wave)
+constexpr int kVerifyRows = kVerifyWarps * kRowsPerWarp;
 constexpr int kVerifyTile = 16;   // positions whose conv outputs sit in shared memory at once
 constexpr int kNormWidth = 256;   // threads per row of the backend's gated norm: its sum order
 constexpr int kNormRows = kVerifyThreads / kNormWidth;  // group rows the last block normalizes at once
@@ -259,7 +261,7 @@ struct VerifyLayout {
 };
 
 size_t verify_smem_floats(int N) {
-  return size_t(kVerifyTile) * (kVerifyWarps + 2 * N) + kVerifyTile + kVerifyWarps;
+  return size_t(kVerifyTile) * (kVerifyRows + 2 * N) + kVerifyTile + kVerifyWarps;
 }
 
 // u = y·silu(z), the backend norm's expression. y comes from other blocks: read at L2 (__ldcg), never
@@ -269,15 +271,15 @@ __device__ __forceinline__ float gated_d(const float* y, const float* z, int64_t
   return __ldcg(y + c) * (zv / (1.0f + expf(-zv)));
 }
 
-// Grid (nh, ceil(P / kVerifyWarps)); block (h, slice) owns state rows p = slice·16 + warp of head h,
-// the x columns of those rows, and (slice 0 of a group's first head) the group's B and C columns in
+// Grid (nh, ceil(P / 32)); block (h, slice) owns state rows p = slice·32 + 16·r + warp (r = 0, 1) of
+// head h, the x columns of those rows, and (slice 0 of a group's first head) the group's B and C columns in
 // the log. Every block of group g computes the conv of B and C itself (2N columns, K taps each).
 // All __syncthreads sit outside data-dependent branches: loop bounds and `last` are block-uniform.
 template <int NR>
-__global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayout L, VerifyPass v) {
+__global__ void __launch_bounds__(kVerifyThreads, 2) verify_fused_kernel(VerifyLayout L, VerifyPass v) {
   extern __shared__ float smem[];
-  float* xs = smem;                                  // [tile][kVerifyWarps]
-  float* bs = xs + kVerifyTile * kVerifyWarps;       // [tile][N]
+  float* xs = smem;                                  // [tile][kVerifyRows]
+  float* bs = xs + kVerifyTile * kVerifyRows;        // [tile][N]
   float* cs = bs + kVerifyTile * L.N;                // [tile][N]
   float* dts = cs + kVerifyTile * L.N;               // [tile]
   float* scratch = dts + kVerifyTile;                // [kVerifyWarps]: the norm's warp sums
@@ -287,25 +289,28 @@ __global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayo
   cuda::pdl_trigger();
   const int h = blockIdx.x, slice = blockIdx.y, g = h / L.hpg;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int p = slice * kVerifyWarps + warp;
-  const bool row_live = p < L.P;  // warp-uniform
   const float* window = *v.windows.sel ? v.windows.buf[1] : v.windows.buf[0];
   const bool flip = *v.states.sel != 0;
   const float* s_in = flip ? v.states.buf[1] : v.states.buf[0];
   float* s_out = flip ? v.states.buf[0] : v.states.buf[1];
 
-  // The state row's loads go out first; the conv below hides their latency.
-  const int64_t srow = (int64_t(h) * L.P + p) * L.N;
-  float s[NR];
+  // The state rows' loads go out first; the conv below hides their latency.
+  const int p0 = slice * kVerifyRows + warp;  // row r is p0 + 16·r; live when < P (warp-uniform)
+  float s[kRowsPerWarp][NR];
 #pragma unroll
-  for (int i = 0; i < NR; ++i) {
-    const int k = lane + 32 * i;
-    s[i] = row_live && k < L.N ? s_in[srow + k] : 0.0f;
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int p = p0 + r * kVerifyWarps;
+    const int64_t srow = (int64_t(h) * L.P + p) * L.N;
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const int k = lane + 32 * i;
+      s[r][i] = p < L.P && k < L.N ? s_in[srow + k] : 0.0f;
+    }
   }
   const float ah = v.a[h], dh = v.d[h];
   const bool bc_owner = slice == 0 && h % L.hpg == 0;
   const int W = L.K - 1;
-  const int cols = kVerifyWarps + 2 * L.N;  // conv columns per position: own x, then B, then C
+  const int cols = kVerifyRows + 2 * L.N;  // conv columns per position: own x, then B, then C
   const float* u = v.proj + L.d_in;         // pre-conv x B C, row stride L.rows
 
   for (int t0 = 0; t0 < v.n; t0 += kVerifyTile) {
@@ -315,15 +320,15 @@ __global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayo
       int64_t c;
       float* dst;
       bool owner;
-      if (col < kVerifyWarps) {
-        const int pc = slice * kVerifyWarps + col;
+      if (col < kVerifyRows) {
+        const int pc = slice * kVerifyRows + col;
         if (pc >= L.P) continue;
-        c = int64_t(h) * L.P + pc, dst = xs + tl * kVerifyWarps + col, owner = true;
-      } else if (col < kVerifyWarps + L.N) {
-        const int k = col - kVerifyWarps;
+        c = int64_t(h) * L.P + pc, dst = xs + tl * kVerifyRows + col, owner = true;
+      } else if (col < kVerifyRows + L.N) {
+        const int k = col - kVerifyRows;
         c = L.d_in + int64_t(g) * L.N + k, dst = bs + tl * L.N + k, owner = bc_owner;
       } else {
-        const int k = col - kVerifyWarps - L.N;
+        const int k = col - kVerifyRows - L.N;
         c = L.d_in + int64_t(L.G + g) * L.N + k, dst = cs + tl * L.N + k, owner = bc_owner;
       }
       const int t = t0 + tl;
@@ -349,24 +354,27 @@ __global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayo
       if (slice == 0) v.dt_log[int64_t(t) * L.nh + h] = dtv;
     }
     __syncthreads();
-    if (row_live) {  // steps_kernel's recurrence and output
-      for (int tl = 0; tl < tt; ++tl) {
-        const float dtv = dts[tl];
-        const float da = expf(dtv * ah);
-        const float xv = xs[tl * kVerifyWarps + warp];
+    for (int tl = 0; tl < tt; ++tl) {  // steps_kernel's recurrence and output, row by row
+      const float dtv = dts[tl];
+      const float da = expf(dtv * ah);
+      const float* bt = bs + tl * L.N;
+      const float* ct = cs + tl * L.N;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int p = p0 + r * kVerifyWarps;
+        if (p >= L.P) continue;
+        const float xv = xs[tl * kVerifyRows + r * kVerifyWarps + warp];
         const float dx = dtv * xv;
-        const float* bt = bs + tl * L.N;
-        const float* ct = cs + tl * L.N;
 #pragma unroll
         for (int i = 0; i < NR; ++i) {
           const int k = lane + 32 * i;
-          if (k < L.N) s[i] = da * s[i] + dx * bt[k];
+          if (k < L.N) s[r][i] = da * s[r][i] + dx * bt[k];
         }
         float part = 0.0f;
 #pragma unroll
         for (int i = 0; i < NR; ++i) {
           const int k = lane + 32 * i;
-          if (k < L.N) part = part + s[i] * ct[k];
+          if (k < L.N) part = part + s[r][i] * ct[k];
         }
         const float tot = warp_sum(part);
         if (lane == 0) v.y[int64_t(t0 + tl) * L.d_in + int64_t(h) * L.P + p] = tot + dh * xv;
@@ -374,11 +382,15 @@ __global__ void __launch_bounds__(kVerifyThreads) verify_fused_kernel(VerifyLayo
     }
     __syncthreads();  // the tile's shared values are read before the next tile overwrites them
   }
-  if (row_live) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int p = p0 + r * kVerifyWarps;
+    if (p >= L.P) continue;
+    const int64_t srow = (int64_t(h) * L.P + p) * L.N;
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
       const int k = lane + 32 * i;
-      if (k < L.N) s_out[srow + k] = s[i];
+      if (k < L.N) s_out[srow + k] = s[r][i];
     }
   }
 
@@ -533,14 +545,14 @@ void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, co
 
 void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream) {
   check(dm.N <= kMaxState, "mamba2 (cuda): state_size ", dm.N, " exceeds the kernels' limit ", kMaxState);
-  check(ceil_div(dm.P, kVerifyWarps) <= 65535, "mamba2 (cuda): head_dim ", dm.P, " exceeds one verify launch");
+  check(ceil_div(dm.P, kVerifyRows) <= 65535, "mamba2 (cuda): head_dim ", dm.P, " exceeds one verify launch");
   check(dm.G > 0 && dm.nh % dm.G == 0 && dm.d_in == int64_t(dm.nh) * dm.P, "mamba2 verify_fused: ", dm.nh,
         " heads of ", dm.P, " do not split into ", dm.G, " groups of d_inner ", dm.d_in);
   check(v.y != v.out, "mamba2 verify_fused: out must not alias y");
   if (v.n == 0) return;
   const VerifyLayout L{dm.nh, dm.P, dm.G, dm.N, dm.K, dm.heads_per_group(), dm.d_in, dm.conv_dim, dm.rows,
                        dm.d_in / dm.G};
-  const dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kVerifyWarps)));
+  const dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kVerifyRows)));
   const size_t smem = verify_smem_floats(dm.N) * sizeof(float);  // ≤ 34 KiB at N = 256: no opt-in
   auto go = [&](auto kernel) {
     cuda::launch(kernel, grid, dim3(kVerifyThreads), smem, stream, "mamba2 verify_fused", L, v);

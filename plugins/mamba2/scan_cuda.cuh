@@ -65,7 +65,7 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
 // expression of the unfused kernels in the same order (launch_dt without clamp, launch_conv_silu,
 // launch_scan_steps, then the backend's float4 gated norm: 256 threads per group row, each summing
 // its float4s in order, then the block tree), so the bits are theirs and a row's bits do not depend
-// on n. Blocks own (head, 16 state rows); the last block of a group to finish (counted in
+// on n. Blocks own (head, 32 state rows); the last block of a group to finish (counted in
 // counters[g], which it resets to zero) normalizes that group's columns for all n rows.
 struct VerifyPass {
   const float* proj = nullptr;  // in_proj rows [n, dm.rows]: z | x B C (pre-conv) | dt
