@@ -235,15 +235,18 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     // The selectors after this commit: the new window is the spare; the state is the spare when all
     // positions are taken (the same step kernel produced it: the same bits), else replayed in place.
     const int conv_after = 1 - st.conv_sel(), ssm_after = all ? 1 - st.ssm_sel() : st.ssm_sel();
-    launch_shift_window(f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_), stream(),
-                        static_cast<int*>(st.sel_->data()), conv_after, ssm_after);
-    std::swap(st.conv_, st.next_conv_);
+    const WindowShift shift{f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_),
+                            static_cast<int*>(st.sel_->data()), conv_after, ssm_after};
     if (all) {
+      launch_shift_window(shift.window, shift.u, shift.u_stride, shift.taken, shift.C, shift.K, shift.out, stream(),
+                          shift.sel, shift.sel0, shift.sel1);
       std::swap(st.ssm_, st.next_ssm_);
     } else {
+      // One launch replays the accepted steps on the committed state in place and shifts the window.
       const ScanInput in{f32(st.xbc_log_), cdim, f32(st.dt_log_), n_accepted};
-      launch_scan_steps(dm_, in, f32(w_.a), nullptr, f32(st.ssm_), f32(st.ssm_), nullptr, stream());
+      launch_replay_and_shift(dm_, in, f32(w_.a), f32(st.ssm_), shift, stream());
     }
+    std::swap(st.conv_, st.next_conv_);
   }
   st.pos_ += n_accepted;
   st.pass_.open = false;

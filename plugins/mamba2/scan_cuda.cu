@@ -67,19 +67,23 @@ __global__ void conv_silu_kernel(const float* window0, const float* window1, con
   }
 }
 
-__global__ void shift_window_kernel(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
-                                    float* out, int* sel, int sel0, int sel1) {
-  cuda::pdl_wait();
-  cuda::pdl_trigger();
-  if (sel && blockIdx.x == 0 && threadIdx.x == 0) sel[0] = sel0, sel[1] = sel1;
-  const int W = K - 1;
-  const int64_t total = C * W;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+// shift_window over the flat index range [first, C·(K−1)) in steps of `step`.
+__device__ __forceinline__ void shift_window_range(const WindowShift& w, int64_t first, int64_t step) {
+  const int W = w.K - 1;
+  const int64_t total = w.C * W;
+  for (int64_t i = first; i < total; i += step) {
     const int64_t c = i / W;
     const int r = int(i % W);
-    const int src = taken + r;  // row in [window ; u]
-    out[i] = src < W ? window[c * W + src] : u[int64_t(src - W) * u_stride + c];
+    const int src = w.taken + r;  // row in [window ; u]
+    w.out[i] = src < W ? w.window[c * W + src] : w.u[int64_t(src - W) * w.u_stride + c];
   }
+}
+
+__global__ void shift_window_kernel(WindowShift w) {
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  if (w.sel && blockIdx.x == 0 && threadIdx.x == 0) w.sel[0] = w.sel0, w.sel[1] = w.sel1;
+  shift_window_range(w, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 struct Layout {
@@ -100,10 +104,17 @@ __global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = se
 
 // One warp per state row (h, p); lane l holds s[p, l + 32·i]. With sel != nullptr and *sel = 1 the
 // two buffers trade roles (s_out is read, s_in written: both are then a StatePair's buffers).
+// With shift.out != nullptr the grid also does that window shift (and its selector store) first: a
+// commit's replay and shift in one launch. The shift touches none of the scan's inputs or outputs.
 __global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n, const float* a, const float* d,
-                             const float* s_in, float* s_out, const int* sel, float* y) {
+                             const float* s_in, float* s_out, const int* sel, float* y, WindowShift shift) {
   cuda::pdl_wait();
   cuda::pdl_trigger();
+  if (shift.out) {
+    const int64_t block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    if (shift.sel && block == 0 && threadIdx.x == 0) shift.sel[0] = shift.sel0, shift.sel[1] = shift.sel1;
+    shift_window_range(shift, block * blockDim.x + threadIdx.x, int64_t(gridDim.x) * gridDim.y * blockDim.x);
+  }
   if (sel && *sel) {
     float* committed = s_out;
     s_out = const_cast<float*>(s_in);
@@ -495,7 +506,7 @@ void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream) {
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                          float* out, cudaStream_t stream, int* sel, int sel0, int sel1) {
   cuda::launch(shift_window_kernel, dim3(std::max(1u, elt_blocks(C * (K - 1)))), dim3(kThreads), 0, stream,
-               "mamba2 shift_window", window, u, u_stride, taken, C, K, out, sel, sel0, sel1);
+               "mamba2 shift_window", WindowShift{window, u, u_stride, taken, C, K, out, sel, sel0, sel1});
 }
 
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
@@ -504,7 +515,17 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
   if (in.n == 0 && s_in == s_out) return;
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
   cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 scan_steps", layout_of(dm, in.xbc_stride), in.xbc,
-               in.dt, in.n, a, d, s_in, s_out, static_cast<const int*>(nullptr), y);
+               in.dt, in.n, a, d, s_in, s_out, static_cast<const int*>(nullptr), y, WindowShift{});
+}
+
+void launch_replay_and_shift(const Dims& dm, const ScanInput& in, const float* a, float* s, const WindowShift& shift,
+                             cudaStream_t stream) {
+  check_dims(dm);
+  check(shift.out, "mamba2 replay_and_shift: no window to shift into");
+  dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
+  cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 replay_and_shift", layout_of(dm, in.xbc_stride),
+               in.xbc, in.dt, in.n, a, static_cast<const float*>(nullptr), static_cast<const float*>(s), s,
+               static_cast<const int*>(nullptr), static_cast<float*>(nullptr), shift);
 }
 
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states, float* y,
@@ -512,7 +533,7 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
   check_dims(dm);
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
   cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 scan_steps", layout_of(dm, in.xbc_stride), in.xbc,
-               in.dt, in.n, a, d, states.buf[0], states.buf[1], states.sel, y);
+               in.dt, in.n, a, d, states.buf[0], states.buf[1], states.sel, y, WindowShift{});
 }
 
 size_t scan_chunked_workspace_bytes(const Dims& dm, int n) {

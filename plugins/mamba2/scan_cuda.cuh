@@ -51,11 +51,27 @@ void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n
 // commit, known on the host; this kernel reads neither).
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                          float* out, cudaStream_t stream, int* sel = nullptr, int sel0 = 0, int sel1 = 0);
+// The same shift as one argument: the window after taking `taken` rows of u, into out; with
+// sel != nullptr the selectors of a commit are stored too.
+struct WindowShift {
+  const float* window = nullptr;
+  const float* u = nullptr;
+  int64_t u_stride = 0;
+  int taken = 0;
+  int64_t C = 0;
+  int K = 0;
+  float* out = nullptr;
+  int* sel = nullptr;
+  int sel0 = 0, sel1 = 0;
+};
 // sel[0] = sel0, sel[1] = sel1.
 void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream);
 // scan_steps: s_out may alias s_in; with y == nullptr nothing but the state is written (replay).
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
                        float* s_out, float* y, cudaStream_t stream);
+// A partial commit in one launch: the replay (scan_steps in place on s, no output) and `shift`.
+void launch_replay_and_shift(const Dims& dm, const ScanInput& in, const float* a, float* s, const WindowShift& shift,
+                             cudaStream_t stream);
 // The same from the committed state of `states` into its spare.
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states,
                        float* y, cudaStream_t stream);
