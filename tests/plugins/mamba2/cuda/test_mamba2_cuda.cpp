@@ -63,11 +63,11 @@ MambaDesc bolt_desc() {
   d.n_heads = 128, d.head_dim = 64, d.n_groups = 8, d.state_size = 128, d.conv_kernel = 4, d.chunk_size = 128;
   return d;
 }
-// Ragged shapes for the fused kernel: P = 24 leaves the second 16-row slice half empty, N = 200 is
-// no multiple of 32 (8 registers per lane), 3 groups, K = 3, no conv bias, projection biases.
+// Ragged shapes for the fused kernel: P = 40 fills one 32-row block and 8 rows of a second, N = 200
+// is no multiple of 32 (8 registers per lane), 3 groups, K = 3, no conv bias, projection biases.
 MambaDesc odd_desc() {
   MambaDesc d;
-  d.n_heads = 6, d.head_dim = 24, d.n_groups = 3, d.state_size = 200, d.conv_kernel = 3, d.chunk_size = 16;
+  d.n_heads = 6, d.head_dim = 40, d.n_groups = 3, d.state_size = 200, d.conv_kernel = 3, d.chunk_size = 16;
   d.conv_bias = false, d.proj_bias = true;
   return d;
 }
