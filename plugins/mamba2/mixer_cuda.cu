@@ -1,5 +1,6 @@
 // The Mamba2 mixer on the GPU: in_proj → conv → Δ → scan → gated norm → out_proj, with the verify
-// log and replay that make commit(n) exact. Mirrors mixer_cpu.cpp step for step.
+// log and replay that make commit(n) exact. Mirrors mixer_cpu.cpp step for step. A verify pass runs
+// conv through gated norm as one kernel (launch_verify_fused); prefill runs them one by one.
 #include "mixer_cuda.h"
 
 #include <algorithm>
@@ -105,6 +106,18 @@ Mamba2CudaMixer::Mamba2CudaMixer(const MambaDesc& desc, int hidden, WeightLoader
   w_.d = upload(h.d);
   w_.a = upload(h.a);
   w_.norm = upload(h.norm);
+  norm_counters_ = backend.alloc(size_t(dm_.G) * sizeof(unsigned));  // zeroed, as the kernel leaves them
+  fused_verify_ = !cuda::env_is_one("TANDEM_MAMBA2_UNFUSED_VERIFY");
+}
+
+void Mamba2CudaMixer::poison_scratch() {
+  for (CudaArena::Slot* s : {&arena_->y, &arena_->z, &arena_->normed})
+    if (s->buf) check_cuda(cudaMemsetAsync(s->buf->data(), 0xff, s->buf->bytes(), stream()), "mamba2: poison scratch");
+}
+
+void Mamba2CudaState::poison_logs() {
+  for (auto* b : {&u_log_, &xbc_log_, &dt_log_})
+    if (*b) check_cuda(cudaMemsetAsync((*b)->data(), 0xff, (*b)->bytes(), stream()), "mamba2: poison logs");
 }
 
 Mamba2CudaMixer::~Mamba2CudaMixer() = default;
@@ -132,47 +145,62 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
     float* proj = ar.proj.get(be, n * rows);
     w_.in_proj->matmul(x, Tensor::f32(proj, n, rows));
     if (w_.in_bias) launch_add_bias(proj, n, rows, f32(w_.in_bias), stream());
-
-    // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
-    float* dt = verify ? grow(st.dt_log_, be, int64_t(n) * dm_.nh) : ar.dt.get(be, int64_t(n) * dm_.nh);
-    launch_dt(proj, rows, d_in + cdim, f32(w_.dt_bias), dm_.nh, n, !verify && desc_.clamp_dt_prefill,
-              desc_.time_step_min, dt, stream());
-
-    const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
-    float* xbc = verify ? grow(st.xbc_log_, be, n * cdim) : ar.xbc.get(be, n * cdim);
     // Verify reads the committed window and state through the device selectors (a graph may replay
     // this pass after commits); prefill is never recorded and takes the host's pointers.
     const int* sel = static_cast<const int*>(st.sel_->data());
-    // The conv kernel also copies z (strided inside proj) into dense rows for the norm and, in a
-    // verify pass, logs u for commit.
-    ConvSide side;
-    side.z_src = proj;
-    side.z_cols = d_in;
-    side.z_out = ar.z.get(be, n * d_in);
-    if (verify) {
-      side.u_log = grow(st.u_log_, be, n * cdim);
-      launch_conv_silu(StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel}, u, rows, n, f32(w_.conv_w),
-                       f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream(), side);
-    } else {
-      launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream(),
-                       side);
-    }
-
-    const ScanInput in{xbc, cdim, dt, n};
-    float* y = ar.y.get(be, n * d_in);
-    if (verify) {
-      launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1}, y,
-                        stream());
-    } else {
-      launch_shift_window(f32(st.conv_), u, rows, n, cdim, dm_.K, f32(st.next_conv_), stream());
-      void* ws = ar.workspace.get(be, int64_t(scan_chunked_workspace_bytes(dm_, n) / sizeof(float)) + 1);
-      launch_scan_chunked(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, ws, stream());
-    }
-
-    float* z = side.z_out;
     float* normed = ar.normed.get(be, n * d_in);
-    be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
-                      Tensor::f32(normed, n, d_in));
+
+    if (verify && fused_verify_) {
+      // Everything between the two matmuls in one kernel (scan_cuda.cuh: launch_verify_fused).
+      VerifyPass vp;
+      vp.proj = proj, vp.n = n;
+      vp.conv_w = f32(w_.conv_w), vp.conv_b = f32(w_.conv_b), vp.dt_bias = f32(w_.dt_bias);
+      vp.a = f32(w_.a), vp.d = f32(w_.d), vp.norm_w = f32(w_.norm), vp.eps = desc_.eps;
+      vp.windows = StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel};
+      vp.states = StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1};
+      vp.u_log = grow(st.u_log_, be, n * cdim);
+      vp.xbc_log = grow(st.xbc_log_, be, n * cdim);
+      vp.dt_log = grow(st.dt_log_, be, int64_t(n) * dm_.nh);
+      vp.y = ar.y.get(be, n * d_in);
+      vp.out = normed;
+      vp.counters = static_cast<unsigned*>(norm_counters_->data());
+      launch_verify_fused(dm_, vp, stream());
+    } else {
+      // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
+      float* dt = verify ? grow(st.dt_log_, be, int64_t(n) * dm_.nh) : ar.dt.get(be, int64_t(n) * dm_.nh);
+      launch_dt(proj, rows, d_in + cdim, f32(w_.dt_bias), dm_.nh, n, !verify && desc_.clamp_dt_prefill,
+                desc_.time_step_min, dt, stream());
+
+      const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
+      float* xbc = verify ? grow(st.xbc_log_, be, n * cdim) : ar.xbc.get(be, n * cdim);
+      // The conv kernel also copies z (strided inside proj) into dense rows for the norm and, in a
+      // verify pass, logs u for commit.
+      ConvSide side;
+      side.z_src = proj;
+      side.z_cols = d_in;
+      side.z_out = ar.z.get(be, n * d_in);
+      if (verify) {
+        side.u_log = grow(st.u_log_, be, n * cdim);
+        launch_conv_silu(StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel}, u, rows, n, f32(w_.conv_w),
+                         f32(w_.conv_b), cdim, dm_.K, xbc, cdim, stream(), side);
+      } else {
+        launch_conv_silu(f32(st.conv_), u, rows, n, f32(w_.conv_w), f32(w_.conv_b), cdim, dm_.K, xbc, cdim,
+                         stream(), side);
+      }
+
+      const ScanInput in{xbc, cdim, dt, n};
+      float* y = ar.y.get(be, n * d_in);
+      if (verify) {
+        launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1}, y,
+                          stream());
+      } else {
+        launch_shift_window(f32(st.conv_), u, rows, n, cdim, dm_.K, f32(st.next_conv_), stream());
+        void* ws = ar.workspace.get(be, int64_t(scan_chunked_workspace_bytes(dm_, n) / sizeof(float)) + 1);
+        launch_scan_chunked(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, ws, stream());
+      }
+      be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(side.z_out, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
+                        Tensor::f32(normed, n, d_in));
+    }
     w_.out_proj->matmul(Tensor::f32(normed, n, d_in), out);
     if (w_.out_bias) launch_add_bias(out.f32(), n, hidden_, f32(w_.out_bias), stream());
   }
@@ -207,15 +235,18 @@ void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_a
     // The selectors after this commit: the new window is the spare; the state is the spare when all
     // positions are taken (the same step kernel produced it: the same bits), else replayed in place.
     const int conv_after = 1 - st.conv_sel(), ssm_after = all ? 1 - st.ssm_sel() : st.ssm_sel();
-    launch_shift_window(f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_), stream(),
-                        static_cast<int*>(st.sel_->data()), conv_after, ssm_after);
-    std::swap(st.conv_, st.next_conv_);
+    const WindowShift shift{f32(st.conv_), f32(st.u_log_), cdim, n_accepted, cdim, dm_.K, f32(st.next_conv_),
+                            static_cast<int*>(st.sel_->data()), conv_after, ssm_after};
     if (all) {
+      launch_shift_window(shift.window, shift.u, shift.u_stride, shift.taken, shift.C, shift.K, shift.out, stream(),
+                          shift.sel, shift.sel0, shift.sel1);
       std::swap(st.ssm_, st.next_ssm_);
     } else {
+      // One launch replays the accepted steps on the committed state in place and shifts the window.
       const ScanInput in{f32(st.xbc_log_), cdim, f32(st.dt_log_), n_accepted};
-      launch_scan_steps(dm_, in, f32(w_.a), nullptr, f32(st.ssm_), f32(st.ssm_), nullptr, stream());
+      launch_replay_and_shift(dm_, in, f32(w_.a), f32(st.ssm_), shift, stream());
     }
+    std::swap(st.conv_, st.next_conv_);
   }
   st.pos_ += n_accepted;
   st.pass_.open = false;

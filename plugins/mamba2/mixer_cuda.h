@@ -38,6 +38,8 @@ class Mamba2CudaState : public LayerState {
   // Copies of the committed state in host memory, for tests (these wait for the device).
   std::vector<float> download_conv() const;
   std::vector<float> download_ssm() const;
+  // Tests: fills the verify logs with NaN (0xff bytes), so a pass that leaves any entry unwritten shows.
+  void poison_logs();
 
  private:
   friend class Mamba2CudaMixer;
@@ -74,6 +76,9 @@ class Mamba2CudaMixer : public Mixer {
   void commit(LayerState& state, const ForwardInfo& last, int n_accepted) override;
 
   const Dims& dims() const { return dm_; }
+  // Tests: fills the shared scratch (y, z, normed) with NaN, so a pass that leaves any entry unwritten
+  // shows in its output.
+  void poison_scratch();
 
  private:
   Mamba2CudaState& state_of(LayerState& state, const char* what) const;
@@ -84,6 +89,10 @@ class Mamba2CudaMixer : public Mixer {
   Backend& backend_;
   Mamba2CudaWeights w_;
   std::shared_ptr<CudaArena> arena_;
+  // Verify passes run launch_verify_fused (one kernel between the matmuls) unless
+  // TANDEM_MAMBA2_UNFUSED_VERIFY=1 at construction picks the separate kernels (the same bits).
+  bool fused_verify_ = true;
+  std::unique_ptr<Buffer> norm_counters_;  // unsigned[G] for the fused pass's group hand-off
 };
 
 class Mamba2CudaFactory : public LayerFactory {

@@ -51,14 +51,59 @@ void launch_conv_silu(StatePair windows, const float* u, int64_t u_stride, int n
 // commit, known on the host; this kernel reads neither).
 void launch_shift_window(const float* window, const float* u, int64_t u_stride, int taken, int64_t C, int K,
                          float* out, cudaStream_t stream, int* sel = nullptr, int sel0 = 0, int sel1 = 0);
+// The same shift as one argument: the window after taking `taken` rows of u, into out; with
+// sel != nullptr the selectors of a commit are stored too.
+struct WindowShift {
+  const float* window = nullptr;
+  const float* u = nullptr;
+  int64_t u_stride = 0;
+  int taken = 0;
+  int64_t C = 0;
+  int K = 0;
+  float* out = nullptr;
+  int* sel = nullptr;
+  int sel0 = 0, sel1 = 0;
+};
 // sel[0] = sel0, sel[1] = sel1.
 void launch_set_selectors(int* sel, int sel0, int sel1, cudaStream_t stream);
 // scan_steps: s_out may alias s_in; with y == nullptr nothing but the state is written (replay).
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
                        float* s_out, float* y, cudaStream_t stream);
+// A partial commit in one launch: the replay (scan_steps in place on s, no output) and `shift`.
+void launch_replay_and_shift(const Dims& dm, const ScanInput& in, const float* a, float* s, const WindowShift& shift,
+                             cudaStream_t stream);
 // The same from the committed state of `states` into its spare.
 void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, const float* d, StatePair states,
                        float* y, cudaStream_t stream);
+// One verify pass of n positions in one kernel (decode is the pass of 1): Δ, the causal conv + silu
+// from the committed window, the step recurrence from the committed state into the spare, y, and the
+// gated grouped RMSNorm of y into `out`, leaving the verify log commit() needs. Each quantity is the
+// expression of the unfused kernels in the same order (launch_dt without clamp, launch_conv_silu,
+// launch_scan_steps, then the backend's float4 gated norm: 256 threads per group row, each summing
+// its float4s in order, then the block tree), so the bits are theirs and a row's bits do not depend
+// on n. Blocks own (head, 32 state rows); the last block of a group to finish (counted in
+// counters[g], which it resets to zero) normalizes that group's columns for all n rows.
+struct VerifyPass {
+  const float* proj = nullptr;  // in_proj rows [n, dm.rows]: z | x B C (pre-conv) | dt
+  int n = 0;
+  const float* conv_w = nullptr;  // [conv_dim, K]
+  const float* conv_b = nullptr;  // [conv_dim] or null
+  const float* dt_bias = nullptr;
+  const float* a = nullptr;
+  const float* d = nullptr;
+  const float* norm_w = nullptr;  // [d_in]
+  float eps = 0.0f;
+  StatePair windows{};  // conv windows [conv_dim, K−1]; the committed one is read
+  StatePair states{};   // SSM states [nh, P, N]; the committed one is read, the spare written
+  float* u_log = nullptr;    // [n, conv_dim]: the pre-conv rows
+  float* xbc_log = nullptr;  // [n, conv_dim]: x | B | C after conv + silu
+  float* dt_log = nullptr;   // [n, nh]: Δ
+  float* y = nullptr;        // [n, d_in] scratch: the scan output before the norm
+  float* out = nullptr;      // [n, d_in]: the normed rows (out_proj's input); must not alias y
+  unsigned* counters = nullptr;  // [G], zero before the first launch; every launch leaves them zero
+};
+void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream);
+
 // scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n).
 size_t scan_chunked_workspace_bytes(const Dims& dm, int n);
 void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,

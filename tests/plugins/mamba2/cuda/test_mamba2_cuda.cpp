@@ -1,8 +1,11 @@
 // The Mamba2 CUDA mixer against the CPU mixer on the same random weights (prefill across chunk
 // shapes, verify, commit), and the GPU's own bit-exactness: a verify pass of n tokens gives the bits
-// of n single steps, and commit(n) leaves the state those steps leave.
+// of n single steps, and commit(n) leaves the state those steps leave. The fused verify kernel
+// (launch_verify_fused) is also held to the bits of the separate kernels it replaces
+// (TANDEM_MAMBA2_UNFUSED_VERIFY=1) at small, odd and Bolt-sized dims, and to graph replay after commits.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda_probe.h"
@@ -53,6 +56,25 @@ MambaDesc wide_desc() {
   return d;
 }
 
+// The mixer dims of Nemotron-H "Bolt" (hidden 4096 there; the tests keep hidden small, which only
+// sizes the two matmuls): 128 heads of 64, 8 groups, state 128, d_inner 8192, conv_dim 10240.
+MambaDesc bolt_desc() {
+  MambaDesc d;
+  d.n_heads = 128, d.head_dim = 64, d.n_groups = 8, d.state_size = 128, d.conv_kernel = 4, d.chunk_size = 128;
+  return d;
+}
+// Ragged shapes for the fused kernel: P = 40 fills one 32-row block and 8 rows of a second, N = 200
+// is no multiple of 32 (8 registers per lane), 3 groups, K = 3, no conv bias, projection biases.
+MambaDesc odd_desc() {
+  MambaDesc d;
+  d.n_heads = 6, d.head_dim = 40, d.n_groups = 3, d.state_size = 200, d.conv_kernel = 3, d.chunk_size = 16;
+  d.conv_bias = false, d.proj_bias = true;
+  return d;
+}
+const char* desc_name(const MambaDesc& d) {
+  return d.n_heads == 128 ? "bolt" : d.n_heads == 6 ? "odd" : d.state_size == 128 ? "wide" : "small";
+}
+
 struct Pair {
   MambaDesc desc;
   MapLoader w;
@@ -61,6 +83,7 @@ struct Pair {
   Mamba2CudaFactory factory;
   std::unique_ptr<Mamba2Mixer> cpu;
   std::unique_ptr<Mixer> gpu;
+  std::unique_ptr<Mixer> gpu_unfused;  // the same weights through the separate verify kernels
   Pair(MambaDesc d, uint64_t seed) : desc(d), w(random_weights(d, kHidden, seed)) {
     cpu = std::make_unique<Mamba2Mixer>(desc, kHidden, w, host_be);
     CudaLoader cl(w, gpu_be);
@@ -68,7 +91,12 @@ struct Pair {
     ld.kind = LayerKind::Mamba;
     ld.mamba = desc;
     gpu = factory.create(ld, kHidden, cl, gpu_be);
+    // The switch is read when a mixer is built.
+    setenv("TANDEM_MAMBA2_UNFUSED_VERIFY", "1", 1);
+    gpu_unfused = factory.create(ld, kHidden, cl, gpu_be);
+    unsetenv("TANDEM_MAMBA2_UNFUSED_VERIFY");
   }
+  Mamba2CudaMixer& fused() { return static_cast<Mamba2CudaMixer&>(*gpu); }
 
   std::vector<float> run_cpu(Mamba2State& st, const std::vector<float>& x, int r0, int n, ForwardMode m,
                              int commit = -1) {
@@ -80,16 +108,17 @@ struct Pair {
   }
   // commit < 0: commit all; commit = −2: leave pending.
   std::vector<float> run_gpu(Mamba2CudaState& st, const std::vector<float>& x, int r0, int n, ForwardMode m,
-                             int commit = -1) {
+                             int commit = -1, Mixer* mixer = nullptr) {
+    Mixer& mx = mixer ? *mixer : *gpu;
     std::vector<float> xin(x.begin() + r0 * kHidden, x.begin() + (r0 + n) * kHidden);
     auto dx = gpu_be.alloc(xin.size() * 4), dout = gpu_be.alloc(xin.size() * 4);
     gpu_be.upload(dx->data(), xin.data(), xin.size() * 4);
     std::vector<float> nan(xin.size(), NAN);
     gpu_be.upload(dout->data(), nan.data(), nan.size() * 4);
     const ForwardInfo info{st.pos(), n, m};
-    gpu->forward(Tensor::f32(static_cast<float*>(dx->data()), n, kHidden),
-                 Tensor::f32(static_cast<float*>(dout->data()), n, kHidden), st, info);
-    if (commit != -2) gpu->commit(st, info, commit < 0 ? n : commit);
+    mx.forward(Tensor::f32(static_cast<float*>(dx->data()), n, kHidden),
+               Tensor::f32(static_cast<float*>(dout->data()), n, kHidden), st, info);
+    if (commit != -2) mx.commit(st, info, commit < 0 ? n : commit);
     std::vector<float> out(xin.size());
     gpu_be.download(out.data(), dout->data(), out.size() * 4);
     return out;
@@ -167,8 +196,9 @@ TEST(Mamba2Cuda, VerifyMatchesCpu) {
 // commit(n) leaves the state (conv window and SSM) of n steps, from which the next step continues.
 TEST(Mamba2Cuda, VerifyIsBatchInvariantAndCommitIsExact) {
   TANDEM_SKIP_WITHOUT_CUDA();
-  for (bool wide : {false, true}) {
-    Pair L(wide ? wide_desc() : small_desc(), 31);
+  for (const MambaDesc& desc : {small_desc(), wide_desc(), odd_desc(), bolt_desc()}) {
+    SCOPED_TRACE(desc_name(desc));
+    Pair L(desc, 31);
     const int p0 = 20, steps = 16;
     auto x = random_vec(size_t(p0 + steps + 1) * kHidden, 400);
     auto plain = L.fresh_gpu();
@@ -193,6 +223,102 @@ TEST(Mamba2Cuda, VerifyIsBatchInvariantAndCommitIsExact) {
       EXPECT_TRUE(same_bits(st->download_conv(), conv[size_t(n)])) << "conv after commit(" << n << ") of " << k + 1;
       EXPECT_TRUE(same_bits(L.run_gpu(*st, x, p0 + n, 1, ForwardMode::Verify), out[size_t(n)]))
           << "step after commit(" << n << ") of " << k + 1;
+    }
+  }
+}
+
+// The fused verify kernel against the CPU mixer (within kTol) and against the separate kernels it
+// replaces (bit for bit: output, SSM state and conv window after every commit), through passes of
+// n = 1, 2, 5, 16 with full, partial and empty accepts. Logs and scratch are NaN before every fused
+// pass, so an entry the kernel fails to write reaches the output or the committed state.
+TEST(Mamba2Cuda, FusedVerifyMatchesCpuAndSeparateKernels) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  struct Pass {
+    int n, accept;
+  };
+  const Pass passes[] = {{1, 1}, {2, 1}, {5, 3}, {16, 16}, {16, 7}, {5, 0}, {1, 1}, {2, 2}};
+  for (const MambaDesc& desc : {small_desc(), wide_desc(), odd_desc(), bolt_desc()}) {
+    SCOPED_TRACE(desc_name(desc));
+    Pair L(desc, 61);
+    const int p0 = 20;
+    auto x = random_vec(size_t(p0 + 64) * kHidden, 700);
+    Mamba2State cs = L.fresh_cpu();
+    auto fs = L.fresh_gpu(), us = L.fresh_gpu();
+    L.run_cpu(cs, x, 0, p0, ForwardMode::Prefill);
+    L.run_gpu(*fs, x, 0, p0, ForwardMode::Prefill);
+    L.run_gpu(*us, x, 0, p0, ForwardMode::Prefill, -1, L.gpu_unfused.get());
+    double worst_out = 0, worst_ssm = 0, worst_conv = 0;
+    int r = p0, mismatches = 0;
+    for (const Pass& ps : passes) {
+      const std::string what = std::string(desc_name(desc)) + " n=" + std::to_string(ps.n) + " at " +
+                               std::to_string(r) + " accept " + std::to_string(ps.accept);
+      fs->poison_logs();
+      L.fused().poison_scratch();
+      auto got = L.run_gpu(*fs, x, r, ps.n, ForwardMode::Verify, ps.accept);
+      auto sep = L.run_gpu(*us, x, r, ps.n, ForwardMode::Verify, ps.accept, L.gpu_unfused.get());
+      auto want = L.run_cpu(cs, x, r, ps.n, ForwardMode::Verify, ps.accept);
+      const double e_out = rel_err(got, want), e_ssm = rel_err(fs->download_ssm(), cs.ssm()),
+                   e_conv = rel_err(fs->download_conv(), cs.conv());
+      worst_out = std::max(worst_out, e_out), worst_ssm = std::max(worst_ssm, e_ssm);
+      worst_conv = std::max(worst_conv, e_conv);
+      EXPECT_LT(e_out, kTol) << "output vs cpu, " << what;
+      EXPECT_LT(e_ssm, kTol) << "ssm vs cpu, " << what;
+      EXPECT_LT(e_conv, kTol) << "conv vs cpu, " << what;
+      const bool out_same = same_bits(got, sep), ssm_same = same_bits(fs->download_ssm(), us->download_ssm()),
+                 conv_same = same_bits(fs->download_conv(), us->download_conv());
+      mismatches += !out_same + !ssm_same + !conv_same;
+      EXPECT_TRUE(out_same) << "output vs separate kernels, " << what;
+      EXPECT_TRUE(ssm_same) << "ssm vs separate kernels, " << what;
+      EXPECT_TRUE(conv_same) << "conv vs separate kernels, " << what;
+      EXPECT_EQ(fs->pos(), cs.pos()) << what;
+      r += ps.accept;
+    }
+    std::printf("[measure] mamba2 fused verify, %s: max |Δ|/max|ref| vs cpu: out %.3g, ssm %.3g, conv %.3g "
+                "(tolerance %.3g); %d of %d comparisons with the separate kernels differ in any bit\n",
+                desc_name(desc), worst_out, worst_ssm, worst_conv, kTol, mismatches,
+                3 * int(sizeof(passes) / sizeof(passes[0])));
+  }
+}
+
+// A verify pass recorded once in a CUDA graph and replayed after commits of every size (all, some,
+// none) reads the committed window and state through the selectors and finds the group counters
+// reset: each replay gives the bits of the same pass run directly on a twin state.
+TEST(Mamba2Cuda, FusedVerifyGraphReplaysAfterCommits) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  for (const MambaDesc& desc : {small_desc(), bolt_desc()}) {
+    SCOPED_TRACE(desc_name(desc));
+    Pair L(desc, 71);
+    if (!L.gpu_be.graphs_off_reason().empty()) GTEST_SKIP() << L.gpu_be.graphs_off_reason();
+    const int p0 = 20, n = 5;
+    auto x = random_vec(size_t(p0 + 64) * kHidden, 800);
+    auto gs = L.fresh_gpu(), ps = L.fresh_gpu();
+    L.run_gpu(*gs, x, 0, p0, ForwardMode::Prefill);
+    L.run_gpu(*ps, x, 0, p0, ForwardMode::Prefill);
+    // One direct pass of n on each first: logs and scratch reach their size, so the capture allocates
+    // nothing.
+    L.run_gpu(*gs, x, p0, n, ForwardMode::Verify);
+    L.run_gpu(*ps, x, p0, n, ForwardMode::Verify);
+    auto dx = L.gpu_be.alloc(size_t(n) * kHidden * 4), dout = L.gpu_be.alloc(size_t(n) * kHidden * 4);
+    const Tensor tx = Tensor::f32(static_cast<float*>(dx->data()), n, kHidden);
+    const Tensor tout = Tensor::f32(static_cast<float*>(dout->data()), n, kHidden);
+    ASSERT_TRUE(L.gpu_be.begin_capture());
+    L.gpu->forward(tx, tout, *gs, ForwardInfo{gs->pos(), n, ForwardMode::Verify});
+    auto graph = L.gpu_be.end_capture();
+    ASSERT_TRUE(graph) << "the verify pass could not be recorded";
+    int r = p0 + n;
+    for (int accept : {5, 2, 0, 3, 1, 5, 4, 0, 5}) {
+      const std::string what = "replay at " + std::to_string(r) + " accept " + std::to_string(accept);
+      L.gpu_be.upload(dx->data(), x.data() + size_t(r) * kHidden, size_t(n) * kHidden * 4);
+      std::vector<float> out(size_t(n) * kHidden, NAN);
+      L.gpu_be.upload(dout->data(), out.data(), out.size() * 4);
+      graph->launch();
+      L.gpu_be.download(out.data(), dout->data(), out.size() * 4);
+      L.gpu->commit(*gs, ForwardInfo{gs->pos(), n, ForwardMode::Verify}, accept);
+      auto want = L.run_gpu(*ps, x, r, n, ForwardMode::Verify, accept);
+      EXPECT_TRUE(same_bits(out, want)) << "output, " << what << " (rel err " << rel_err(out, want) << ")";
+      EXPECT_TRUE(same_bits(gs->download_ssm(), ps->download_ssm())) << "ssm, " << what;
+      EXPECT_TRUE(same_bits(gs->download_conv(), ps->download_conv())) << "conv, " << what;
+      r += accept;
     }
   }
 }
