@@ -40,7 +40,8 @@ class Scratch {
 // The scratch of the core mixers: one slot per role, shared by every layer of a Model, so activation
 // scratch scales with the tokens of a pass, not with layers × tokens. Layers run one after another
 // in stream order, so a slot reused by the next layer is only overwritten by work queued after this
-// layer's; roles live at the same time within one layer have slots of their own. Each mixer declares
+// layer's; roles live at the same time within one layer have slots of their own (also roles on
+// different lanes, Backend::fork, whose work may run at the same time). Each mixer declares
 // its widest use of a slot when built (Scratch::fit) and Model::forward reserves every slot for the
 // pass's tokens before running it: a pass through layers of different widths grows each slot once
 // (not once per wider layer, leaving the narrower blocks behind in the backend's cache), and no slot
