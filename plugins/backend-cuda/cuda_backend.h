@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   void relu2(const Tensor& x) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
+  // Passes of up to kAttentionSplitRows rows use a workspace kept by the backend, allocated at the
+  // first such pass of a shape (a recording that allocates it is dropped, see begin_capture()).
   // The new k/v rows are written by a kernel at *pos0_device and the attention kernel reads it too.
   void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                     int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
@@ -70,8 +72,11 @@ class CudaBackend final : public Backend {
   void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
                        const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                        const Tensor& out) const;
+  // The split attention's partials for n rows of nq heads of hd (null when n needs none).
+  void* attention_workspace(int64_t n, int nq, int hd);
 
   std::shared_ptr<BlockPool> pool_;
+  std::unique_ptr<Buffer> attention_ws_;  // after pool_: released into it first
   bool capturing_ = false;
   uint64_t capture_allocs_ = 0, capture_epoch_ = 0;
 };
