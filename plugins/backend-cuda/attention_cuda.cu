@@ -92,8 +92,6 @@ __global__ void attention_kernel(const float* q, const float* kc, const float* v
 constexpr int kSplitWarps = 8;
 constexpr int kSplitThreads = kSplitWarps * 32;
 constexpr int kKeyTile = 32;  // one key per lane when scoring
-static_assert(kAttentionSplits >= kAttentionSplitRows,
-              "rows of one pass must span at most two split sizes (the tile hull of a block stays short)");
 
 // Keys per split for a row of len keys: a multiple of the tile, so every split starts on a tile.
 __host__ __device__ __forceinline__ int64_t split_size(int64_t len) {
@@ -148,6 +146,8 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   }
   // The tiles this block visits: from the first pair's split start to the last pair's split end
   // (both grow with the row), skipping, by a block-wide vote, tiles that no pair of the chunk needs.
+  // The rows of one pass differ in length by < kAttentionSplits, so their split sizes differ by at
+  // most a tile and the hull of split s spans at most s tiles more than one split.
   const int last = (first + kChunk < pairs ? first + kChunk : pairs) - 1;
   int64_t hull_lo, hull_hi, unused;
   split_range(first / group, pos0, s, hull_lo, unused);
@@ -327,14 +327,6 @@ void launch_split(const float* q, const float* k_cache, const float* v_cache, in
                   int nkv, int hd, float scale, float* part_o, float* part_m, float* part_l, cudaStream_t stream,
                   const int64_t* pos0_device) {
   constexpr int kChunk = SplitConfig<kDims>::kChunk;
-  // Opt in once to this instance's largest need (hd = 32·kDims), past the default 48 KB.
-  static const bool opted_in = [] {
-    check_cuda(cudaFuncSetAttribute(attention_split_kernel<kDims>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(split_smem_bytes(kChunk, 32 * kDims))),
-               "attention: cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)opted_in;
   const bool vec = hd % 4 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
   const int64_t chunks = ceil_div(n * (nq / nkv), kChunk);
@@ -346,7 +338,23 @@ void launch_split(const float* q, const float* k_cache, const float* v_cache, in
   check_launch("attention_split");
 }
 
+template <int kDims>
+void opt_in_smem() {
+  check_cuda(cudaFuncSetAttribute(attention_split_kernel<kDims>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(split_smem_bytes(SplitConfig<kDims>::kChunk, 32 * kDims))),
+             "attention: cudaFuncSetAttribute");
+}
+
 }  // namespace
+
+void prepare_attention() {
+  // Each instance's largest need (hd = 32·kDims), past the default 48 KB; once per process (one device).
+  static const bool done = [] {
+    opt_in_smem<1>(), opt_in_smem<2>(), opt_in_smem<4>(), opt_in_smem<8>(), opt_in_smem<16>();
+    return true;
+  }();
+  (void)done;
+}
 
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
                       int nkv, int hd, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
@@ -362,6 +370,7 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
     check_launch("attention");
     return;
   }
+  prepare_attention();
   const size_t need = attention_workspace_bytes(n, nq, hd);
   check(workspace && workspace_bytes >= need, "attention (cuda): workspace of ", workspace_bytes, " bytes for ", n,
         " rows, expected at least ", need);

@@ -137,6 +137,7 @@ void check_copy(const char* op, const void* dst, const void* src, size_t bytes) 
 CudaBackend::CudaBackend() : pool_(std::make_shared<BlockPool>()) {
   check(device_count() > 0, "cuda: no CUDA device is visible to this process");
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+  prepare_attention();
 }
 
 CudaBackend::~CudaBackend() = default;

@@ -42,6 +42,9 @@ constexpr int kMaxHeadDim = 512;
 constexpr int kAttentionSplitRows = 64;
 constexpr int kAttentionSplits = 128;
 size_t attention_workspace_bytes(int64_t n, int nq, int hd);
+// Sets the split kernels' attributes (shared memory past 48 KB) on the current device, once; the
+// first split launch calls it too. The backend calls it when created, outside any recording.
+void prepare_attention();
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
                       int nq, int nkv, int hd, float* out, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream, const int64_t* pos0_device = nullptr);
