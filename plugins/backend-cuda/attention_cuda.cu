@@ -84,7 +84,7 @@ __global__ void attention_kernel(const float* q, const float* kc, const float* v
 }
 
 // ---- split-KV attention for decode and verify passes (n ≤ kAttentionSplitRows) ----
-// Block (split s, kv head g, chunk z) holds up to kChunk (row, query head) pairs of head group g: it
+// Block (chunk, split s, kv head g) holds up to kChunk (row, query head) pairs of head group g: it
 // loads each key tile of its split into shared memory once for all of them and keeps, per pair, the
 // running max m, sum l and unnormalized output o. Row i's split boundaries depend only on its length
 // len = pos0+i+1 (split_size), never on n or on the rows beside it, so its bits do not either.
@@ -128,8 +128,9 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
                            float* part_m, float* part_l) {
   constexpr int P = SplitConfig<kDims>::kSlots, kChunk = SplitConfig<kDims>::kChunk;
   const int64_t pos0 = pos0_device ? *pos0_device : pos0_arg;
-  const int s = blockIdx.x, g = blockIdx.y, group = nq / nkv;
-  const int pairs = int(n) * group, first = int(blockIdx.z) * kChunk;  // pair = row·group + head in group
+  // Chunks vary fastest, so the blocks that read the same split run close together (L2 hits).
+  const int s = blockIdx.y, g = blockIdx.z, group = nq / nkv;
+  const int pairs = int(n) * group, first = int(blockIdx.x) * kChunk;  // pair = row·group + head in group
   const int hd4 = padded_dim(hd), kst = key_stride(hd), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t kw = int64_t(nkv) * hd, qw = int64_t(nq) * hd;
   extern __shared__ float4 smem4[];
@@ -322,39 +323,51 @@ size_t attention_workspace_bytes(int64_t n, int nq, int hd) {
 
 namespace {
 
+// Opts the instance in to its largest need (hd = 32·kDims) past the default 48 KB, or to all the
+// device allows (launch_split names a head_dim that needs more).
+template <int kDims>
+void opt_in_smem(int limit) {
+  const size_t bytes = std::min(split_smem_bytes(SplitConfig<kDims>::kChunk, 32 * kDims), size_t(limit));
+  check_cuda(cudaFuncSetAttribute(attention_split_kernel<kDims>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(bytes)),
+             "attention: cudaFuncSetAttribute");
+}
+
+// The device's opt-in shared memory per block; the instances are set up on the first call (one
+// device per process).
+int split_smem_limit() {
+  static const int limit = [] {
+    int dev = 0, v = 0;
+    check_cuda(cudaGetDevice(&dev), "attention: cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+               "attention: cudaDeviceGetAttribute");
+    opt_in_smem<1>(v), opt_in_smem<2>(v), opt_in_smem<4>(v), opt_in_smem<8>(v), opt_in_smem<16>(v);
+    return v;
+  }();
+  return limit;
+}
+
 template <int kDims>
 void launch_split(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
                   int nkv, int hd, float scale, float* part_o, float* part_m, float* part_l, cudaStream_t stream,
                   const int64_t* pos0_device) {
   constexpr int kChunk = SplitConfig<kDims>::kChunk;
+  const size_t smem = split_smem_bytes(kChunk, hd);
+  check(smem <= size_t(split_smem_limit()), "attention (cuda): head_dim ", hd, " needs ", smem,
+        " bytes of shared memory per block, the device allows ", split_smem_limit());
   const bool vec = hd % 4 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
   const int64_t chunks = ceil_div(n * (nq / nkv), kChunk);
-  check(chunks <= 65535, "attention (cuda): ", n, " rows of ", nq / nkv,
-        " query heads per kv head exceed the split grid");
-  const dim3 grid{unsigned(kAttentionSplits), unsigned(nkv), unsigned(chunks)};
-  attention_split_kernel<kDims><<<grid, kSplitThreads, split_smem_bytes(kChunk, hd), stream>>>(
+  check(nkv <= 65535, "attention (cuda): ", nkv, " kv heads exceed the split grid's 65535");
+  const dim3 grid{unsigned(chunks), unsigned(kAttentionSplits), unsigned(nkv)};
+  attention_split_kernel<kDims><<<grid, kSplitThreads, smem, stream>>>(
       q, k_cache, v_cache, n, pos0, pos0_device, nq, nkv, hd, scale, vec, part_o, part_m, part_l);
   check_launch("attention_split");
 }
 
-template <int kDims>
-void opt_in_smem() {
-  check_cuda(cudaFuncSetAttribute(attention_split_kernel<kDims>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(split_smem_bytes(SplitConfig<kDims>::kChunk, 32 * kDims))),
-             "attention: cudaFuncSetAttribute");
-}
-
 }  // namespace
 
-void prepare_attention() {
-  // Each instance's largest need (hd = 32·kDims), past the default 48 KB; once per process (one device).
-  static const bool done = [] {
-    opt_in_smem<1>(), opt_in_smem<2>(), opt_in_smem<4>(), opt_in_smem<8>(), opt_in_smem<16>();
-    return true;
-  }();
-  (void)done;
-}
+void prepare_attention() { (void)split_smem_limit(); }
 
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
                       int nkv, int hd, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
@@ -370,7 +383,6 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
     check_launch("attention");
     return;
   }
-  prepare_attention();
   const size_t need = attention_workspace_bytes(n, nq, hd);
   check(workspace && workspace_bytes >= need, "attention (cuda): workspace of ", workspace_bytes, " bytes for ", n,
         " rows, expected at least ", need);

@@ -36,10 +36,11 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) override;
   void relu2(const Tensor& x) override;
+  // Passes of up to kAttentionSplitRows rows (attention and attention_at) use a workspace kept by the
+  // backend, allocated at the first such pass of a shape (a recording that allocates it is dropped,
+  // see begin_capture()).
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
-  // Passes of up to kAttentionSplitRows rows use a workspace kept by the backend, allocated at the
-  // first such pass of a shape (a recording that allocates it is dropped, see begin_capture()).
   // The new k/v rows are written by a kernel at *pos0_device and the attention kernel reads it too.
   void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                     int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,

@@ -4,7 +4,7 @@
 // Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
 // Contracts are those of the same-named Backend methods (tandem/backend.h); only attention takes a
 // workspace (attention_workspace_bytes).
-// Each output row is computed by the same block with the same reduction tree whatever the number
+// Each output row is computed by the same blocks with the same reduction trees whatever the number
 // of rows, so results are batch invariant bit for bit.
 #pragma once
 #include <cuda_runtime.h>
