@@ -1,8 +1,8 @@
 // Causal GQA attention over the f32 KV cache with an online fp32 softmax over tiles of keys. Decode
 // and verify passes (n ≤ kAttentionSplitRows) split the keys of each row into kAttentionSplits
-// ranges, one block per (kv head, split) sharing each loaded tile among the query heads of the group
-// and the rows of the pass, then merge the partials; longer passes run one block per (query row,
-// head). Either way a row's tiling and reduction trees depend only on its own length, so its result
+// ranges, one block per (kv head, split, chunk of (row, head) pairs) sharing each loaded tile among
+// the query heads of the group and the rows of the chunk, then merge the partials; longer passes run
+// one block per (query row, head). Either way a row's tiling and reduction trees depend only on its own length, so its result
 // is batch invariant.
 #include <algorithm>
 #include <cmath>
