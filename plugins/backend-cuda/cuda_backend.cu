@@ -152,6 +152,7 @@ void check_copy(const char* op, const void* dst, const void* src, size_t bytes) 
 CudaBackend::CudaBackend() : pool_(std::make_shared<BlockPool>()) {
   check(device_count() > 0, "cuda: no CUDA device is visible to this process");
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+  prepare_attention();
 }
 
 CudaBackend::~CudaBackend() {
@@ -395,7 +396,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, f
   float* vdst = v_cache + pos0 * kw;
   if (k.f32() != kdst) check_cuda(cudaMemcpyAsync(kdst, k.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: k to cache");
   if (v.f32() != vdst) check_cuda(cudaMemcpyAsync(vdst, v.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: v to cache");
-  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), stream());
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), attention_workspace(n, nq, hd),
+                   attention_workspace_bytes(n, nq, hd), stream());
 }
 
 void CudaBackend::attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
@@ -406,7 +408,22 @@ void CudaBackend::attention_at(const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t n = q.rows, kw = int64_t(nkv) * hd;
   if (n == 0) return;
   launch_kv_append(k.f32(), v.f32(), n, kw, pos0_device, k_cache, v_cache, stream());
-  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), stream(), pos0_device);
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), attention_workspace(n, nq, hd),
+                   attention_workspace_bytes(n, nq, hd), stream(), pos0_device);
+}
+
+void* CudaBackend::attention_workspace(int64_t n, int nq, int hd) {
+  if (n > kAttentionSplitRows) return nullptr;
+  // Sized for the longest split pass of this shape at once, so decode and verify passes of any
+  // length share one block and recorded passes keep its address. Growing releases the old block,
+  // which moves the memory epoch (recordings holding it are dropped), and a growth while recording
+  // makes end_capture() drop that recording.
+  const size_t need = attention_workspace_bytes(kAttentionSplitRows, nq, hd);
+  if (!attention_ws_ || attention_ws_->bytes() < need) {
+    attention_ws_.reset();
+    attention_ws_ = std::make_unique<DeviceBuffer>(pool_, need);
+  }
+  return attention_ws_->data();
 }
 
 void CudaBackend::moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,

@@ -40,6 +40,9 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& b, const float* w, float eps, const Tensor& y) override;
   void relu2(const Tensor& x) override;
+  // Passes of up to kAttentionSplitRows rows (attention and attention_at) use a workspace kept by the
+  // backend, allocated at the first such pass of a shape (a recording that allocates it is dropped,
+  // see begin_capture()).
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                  int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override;
   // The new k/v rows are written by a kernel at *pos0_device and the attention kernel reads it too.
@@ -82,6 +85,8 @@ class CudaBackend final : public Backend {
   void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
                        const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                        const Tensor& out) const;
+  // The split attention's partials for n rows of nq heads of hd (null when n needs none).
+  void* attention_workspace(int64_t n, int nq, int hd);
 
   bool lanes_enabled() const;
   CUstream_st* lane_stream(int i) const;
@@ -92,6 +97,7 @@ class CudaBackend final : public Backend {
   CUevent_st* fork_event_ = nullptr;
   int n_lanes_ = 1;
   bool lanes_open_ = false;
+  std::unique_ptr<Buffer> attention_ws_;  // after pool_: released into it first
   bool capturing_ = false;
   uint64_t capture_allocs_ = 0, capture_epoch_ = 0;
 };

@@ -2,12 +2,14 @@
 // pointers, so that tests and other CUDA modules can queue them without a backend object.
 // Owner: callers own every pointer (device memory). Thread: one caller per stream.
 // Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
-// Contracts are those of the same-named Backend methods (tandem/backend.h); none needs workspace.
-// Each output row is computed by the same block with the same reduction tree whatever the number
+// Contracts are those of the same-named Backend methods (tandem/backend.h); only attention takes a
+// workspace (attention_workspace_bytes).
+// Each output row is computed by the same blocks with the same reduction trees whatever the number
 // of rows, so results are batch invariant bit for bit.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tandem/backend.h"
@@ -33,10 +35,19 @@ void launch_moe_combine(const float* expert_out, const float* weights, int k, in
 // Attention of n query rows at positions pos0.. over caches that already hold rows 0 .. pos0+n−1.
 // q, out [n, nq·hd]; caches [capacity, nkv·hd]. hd ≤ kMaxHeadDim. With pos0_device (an int64 in
 // device memory) the kernel reads the position there when it runs and pos0 is not used.
+// Passes of n ≤ kAttentionSplitRows rows (decode, verify) split each row's keys into
+// kAttentionSplits ranges (fixed: a recorded pass replays at any position) and need a workspace of
+// attention_workspace_bytes(n, nq, hd), which is 0 for longer passes; it may be null then.
 constexpr int kMaxHeadDim = 512;
+constexpr int kAttentionSplitRows = 64;
+constexpr int kAttentionSplits = 128;
+size_t attention_workspace_bytes(int64_t n, int nq, int hd);
+// Sets the split kernels' attributes (shared memory past 48 KB) on the current device, once; the
+// first split launch calls it too. The backend calls it when created, outside any recording.
+void prepare_attention();
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
-                      int nq, int nkv, int hd, float* out, cudaStream_t stream,
-                      const int64_t* pos0_device = nullptr);
+                      int nq, int nkv, int hd, float* out, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream, const int64_t* pos0_device = nullptr);
 // Rows k, v [n, kw] into the caches at rows *pos0_device .. *pos0_device + n − 1.
 void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0_device,
                       float* k_cache, float* v_cache, cudaStream_t stream);

@@ -1,6 +1,11 @@
 // CUDA attention against the CPU kernel: decode, verify and prefill shapes, several key tiles, the
-// cache writes, and batch invariance (a row's bits do not depend on the rows beside it).
+// cache writes, and batch invariance (a row's bits do not depend on the rows beside it). Passes of
+// up to 64 rows run the split-KV kernel, longer ones the per-row kernel.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
 
 #include "cuda_test.h"
 #include "plugins/cpu/kernels.h"
@@ -89,6 +94,102 @@ TEST(CudaAttention, RowsAreBatchInvariant) {
     EXPECT_TRUE(same_bits(one.out, std::vector<float>(all.out.begin() + i * c.qw(), all.out.begin() + (i + 1) * c.qw())))
         << "row " << i;
   }
+}
+
+// A history of ctx − 1 tokens, then passes of each n in `ns` (ascending) at pos0 = ctx − 1 on one pair
+// of device caches whose rows from pos0 on start as NaN: a pass must write its rows before reading
+// them and must not read past them. The CPU reference is one pass of max(ns) rows (its rows do not
+// depend on n). With `invariant`, row i of every pass must equal, bit for bit, a 1-row pass at
+// pos0 + i. Returns the largest error against the CPU.
+double check_long_case(Backend& be, Shape s, int64_t ctx, const std::vector<int64_t>& ns, bool invariant,
+                       uint64_t seed) {
+  const int64_t rows = *std::max_element(ns.begin(), ns.end()), pos0 = ctx - 1, cap = pos0 + rows;
+  const int64_t qw = int64_t(s.nq) * s.hd, kw = int64_t(s.nkv) * s.hd;
+  const std::string what = "nq " + std::to_string(s.nq) + " nkv " + std::to_string(s.nkv) + " hd " +
+                           std::to_string(s.hd) + " context " + std::to_string(ctx);
+  const auto q = random_vec(size_t(rows * qw), seed, -1.5f, 1.5f);
+  const auto k = random_vec(size_t(cap * kw), seed + 1, -1.5f, 1.5f);
+  const auto v = random_vec(size_t(cap * kw), seed + 2, -1.f, 1.f);
+
+  std::vector<float> want(size_t(rows * qw), NAN);
+  {
+    std::vector<float> kc(k), vc(v);
+    cpu::attention(Tensor::f32(const_cast<float*>(q.data()), rows, qw),
+                   Tensor::f32(const_cast<float*>(k.data()) + pos0 * kw, rows, kw),
+                   Tensor::f32(const_cast<float*>(v.data()) + pos0 * kw, rows, kw), kc.data(), vc.data(), cap, pos0,
+                   s.nq, s.nkv, s.hd, Tensor::f32(want.data(), rows, qw));
+  }
+  std::vector<float> hk(k), hv(v);
+  std::fill(hk.begin() + pos0 * kw, hk.end(), NAN);
+  std::fill(hv.begin() + pos0 * kw, hv.end(), NAN);
+  auto dkc = to_device(be, hk), dvc = to_device(be, hv);
+  auto dq = to_device(be, q), dk = to_device(be, k), dv = to_device(be, v);
+  auto pass = [&](int64_t p0, int64_t n) {
+    auto dout = poisoned_device(be, size_t(n * qw));
+    const int64_t r0 = p0 - pos0;
+    be.attention(Tensor::f32(dq.p() + r0 * qw, n, qw), Tensor::f32(dk.p() + p0 * kw, n, kw),
+                 Tensor::f32(dv.p() + p0 * kw, n, kw), dkc.p(), dvc.p(), cap, p0, s.nq, s.nkv, s.hd,
+                 Tensor::f32(dout.p(), n, qw));
+    return to_host(be, dout);
+  };
+
+  double worst = 0;
+  std::map<int64_t, std::vector<float>> outs;
+  for (int64_t n : ns) {
+    outs[n] = pass(pos0, n);
+    const double err = max_rel_err(outs[n], std::vector<float>(want.begin(), want.begin() + n * qw));
+    EXPECT_LE(err, 1e-5) << what << " n " << n;
+    worst = std::max(worst, err);
+  }
+  if (!invariant) return worst;
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::vector<float> one = pass(pos0 + i, 1);
+    for (int64_t n : ns) {
+      if (i >= n) continue;
+      EXPECT_TRUE(same_bits(one, std::vector<float>(outs[n].begin() + i * qw, outs[n].begin() + (i + 1) * qw)))
+          << what << ": row " << i << " of the " << n << "-row pass differs from a 1-row pass at its position";
+    }
+  }
+  return worst;
+}
+
+// Contexts include ones whose passes straddle a change of split size (4096 and 20480 keys: the
+// keys per split go from 32 to 64 and from 160 to 192), so rows of one pass split differently.
+TEST(CudaAttention, SplitMatchesCpuAndIsBatchInvariantAtLongContexts) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  double worst = 0;
+  uint64_t seed = 900;
+  for (Shape s : {Shape{32, 2, 128}, Shape{32, 2, 64}, Shape{8, 2, 128}, Shape{8, 2, 64}, Shape{4, 4, 128},
+                  Shape{4, 4, 64}})
+    for (int64_t ctx : {1, 7, 129, 1000, 4070, 4097, 20011, 20450})
+      worst = std::max(worst, check_long_case(be, s, ctx, {1, 2, 8, 16, 33, 64}, true, seed += 3));
+  record("split attention vs cpu, contexts to 20k (abs, |out| <= 1)", worst, 1e-5);
+}
+
+// Head sizes off the fast paths: not a multiple of 4 (scalar cache loads), between powers of two,
+// the largest supported, and groups of 3 and 1 query heads per kv head.
+TEST(CudaAttention, SplitMatchesCpuForOddShapes) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  double worst = 0;
+  uint64_t seed = 1300;
+  for (Shape s : {Shape{6, 2, 30}, Shape{12, 4, 36}, Shape{4, 1, 200}, Shape{2, 2, 512}, Shape{3, 3, 96}})
+    for (int64_t ctx : {1, 300, 5000})
+      worst = std::max(worst, check_long_case(be, s, ctx, {1, 5, 64}, true, seed += 3));
+  record("split attention vs cpu, odd shapes (abs, |out| <= 1)", worst, 1e-5);
+}
+
+// 65 rows is the first pass length that takes the per-row kernel.
+TEST(CudaAttention, PassesPastTheSplitLimitMatchCpu) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  double worst = 0;
+  uint64_t seed = 1700;
+  for (Shape s : {Shape{32, 2, 128}, Shape{4, 4, 64}})
+    for (int64_t ctx : {1, 1000, 4097})
+      worst = std::max(worst, check_long_case(be, s, ctx, {65}, false, seed += 3));
+  record("per-row attention vs cpu, 65 rows (abs, |out| <= 1)", worst, 1e-5);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Graph capture on the CUDA backend: attention_at (position in device memory) against attention
-// (position by value), one recorded attention_at replayed at later positions, and recordings that
-// allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this backend reads.
+// (position by value), recorded attention_at passes replayed at later positions (up to 20k keys), and
+// recordings that allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this backend reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "cuda_test.h"
@@ -66,6 +67,9 @@ TEST(CudaGraph, RecordedAttentionFollowsThePosition) {
   Caches rec = fresh_caches(be, 7), ref = fresh_caches(be, 7);
   auto orec = poisoned_device(be, size_t(n * kQw)), oref = poisoned_device(be, size_t(n * kQw));
   auto pos = to_device(be, std::vector<int64_t>{0});
+  // The first pass of a shape allocates the split attention's workspace (Model runs each shape once
+  // op by op before recording it, for the same reason).
+  be.attention_at(tq, tk, tv, rec.k.p(), rec.v.p(), kCap, 0, pos.p(), kNq, kNkv, kHd, Tensor::f32(orec.p(), n, kQw));
   be.synchronize();
 
   ASSERT_TRUE(be.begin_capture());
@@ -78,6 +82,52 @@ TEST(CudaGraph, RecordedAttentionFollowsThePosition) {
     be.attention(tq, tk, tv, ref.k.p(), ref.v.p(), kCap, pos0, kNq, kNkv, kHd, Tensor::f32(oref.p(), n, kQw));
     EXPECT_TRUE(same_bits(to_host(be, orec), to_host(be, oref))) << "pos0 " << pos0;
     EXPECT_TRUE(same_bits(to_host(be, rec.k), to_host(be, ref.k))) << "pos0 " << pos0;
+  }
+}
+
+// One recording of a decode (1 row) and of a verify pass (8 rows) of Bolt's attention shape, replayed
+// at positions whose rows split their keys differently (split sizes change at 4096 and 20480 keys),
+// against direct calls with the position by value. The first recording grows the workspace and is
+// dropped, as the backend's contract says.
+TEST(CudaGraph, RecordedSplitAttentionFollowsLongPositions) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  constexpr int nq = 32, nkv = 2, hd = 128;
+  constexpr int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd, cap = 20600;
+  const auto kc0 = random_vec(size_t(cap * kw), 50, -1.5f, 1.5f), vc0 = random_vec(size_t(cap * kw), 51, -1.f, 1.f);
+  bool first_recording = true;
+  for (int64_t n : {1, 8}) {
+    auto q = to_device(be, random_vec(size_t(n * qw), 60 + n, -1.5f, 1.5f));
+    auto k = to_device(be, random_vec(size_t(n * kw), 70 + n, -1.5f, 1.5f));
+    auto v = to_device(be, random_vec(size_t(n * kw), 80 + n, -1.f, 1.f));
+    const Tensor tq = Tensor::f32(q.p(), n, qw), tk = Tensor::f32(k.p(), n, kw), tv = Tensor::f32(v.p(), n, kw);
+    auto rk = to_device(be, kc0), rv = to_device(be, vc0), dk = to_device(be, kc0), dv = to_device(be, vc0);
+    auto orec = poisoned_device(be, size_t(n * qw)), oref = poisoned_device(be, size_t(n * qw));
+    auto pos = to_device(be, std::vector<int64_t>{0});
+    be.synchronize();
+    auto record_pass = [&] {
+      if (!be.begin_capture()) return std::unique_ptr<Graph>();
+      be.attention_at(tq, tk, tv, rk.p(), rv.p(), cap, 0, pos.p(), nq, nkv, hd, Tensor::f32(orec.p(), n, qw));
+      return be.end_capture();
+    };
+    auto graph = record_pass();
+    if (first_recording) {
+      EXPECT_TRUE(graph == nullptr) << "a recording that allocated the workspace was kept";
+      first_recording = false;
+      be.attention_at(tq, tk, tv, rk.p(), rv.p(), cap, 0, pos.p(), nq, nkv, hd, Tensor::f32(orec.p(), n, qw));
+      graph = record_pass();
+    }
+    ASSERT_TRUE(graph != nullptr) << "n " << n;
+    for (int64_t pos0 : {int64_t(0), int64_t(5), int64_t(4090), int64_t(4096), int64_t(9000), int64_t(20477),
+                         int64_t(20590)}) {
+      be.upload(pos.p(), &pos0, sizeof(pos0));
+      graph->launch();
+      be.attention(tq, tk, tv, dk.p(), dv.p(), cap, pos0, nq, nkv, hd, Tensor::f32(oref.p(), n, qw));
+      const auto got = to_host(be, orec), want = to_host(be, oref);
+      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float x) { return std::isnan(x); })) << "n " << n
+                                                                                                << " pos0 " << pos0;
+      EXPECT_TRUE(same_bits(got, want)) << "n " << n << " pos0 " << pos0;
+    }
   }
 }
 
