@@ -1,6 +1,7 @@
 // `tandem bench`: loads a model (a file, or a synthetic one straight into device memory), measures the
-// device's copy bandwidth, decode at batch 1, verify of k = 1..15 tokens, prefill at several prompt
-// lengths and, when decode is far from its roofline (or when asked), the time per layer kind; with
+// device's copy bandwidth, decode at batch 1 (and the kernels its graph launches), verify of k = 1..15
+// tokens, prefill at several prompt lengths and, when decode is far from its roofline (or when asked),
+// the time per layer kind beside that kind's bytes at copy bandwidth; with
 // --draft, drafted decode of the same prompt (bench_draft.h); with --asks, the §6 protocol instead.
 #include "cmd_bench.h"
 
@@ -210,7 +211,8 @@ std::vector<KindTime> profile_layers(Model& model, const std::vector<int32_t>& p
     KindTime& t = kinds[layer_kind_name(d.layers[size_t(i)].kind)];
     t.bytes += parts.layers[size_t(i)];
     double state = 0;
-    for (int s = 0; s < steps; ++s) state += double(model.decode_state_bytes(size_t(i), int64_t(prompt.size()) + 2 + s));
+    for (int s = 0; s < steps; ++s)
+      state += double(model.decode_state_bytes(size_t(i), int64_t(prompt.size()) + 2 + s));
     t.state_bytes += size_t(state / steps + 0.5);
   }
   for (auto& [k, t] : kinds)
@@ -356,13 +358,12 @@ void print_table(const Report& r) {
               (long long)r.context);
   if (r.roofline_tps() > 0)
     std::printf("  %-22s %.1f tok/s; decode reaches %.1f %%\n", "roofline (weights)", r.roofline_tps(), 100 * r.fraction());
-  const bool both_off = !r.decode_launches.unknown.empty() && r.decode_launches.unknown == r.verify_launches.unknown;
-  if (both_off) {
-    std::printf("  %-22s %s", "launches per token", launches_text(r.decode_launches).c_str());
+  const PassLaunches &dl = r.decode_launches, &vl = r.verify_launches;
+  if (!dl.unknown.empty() && dl.unknown == vl.unknown) {
+    std::printf("  %-22s %s", "launches per token", launches_text(dl).c_str());
   } else {
-    std::printf("  %-22s decode: %s; verify k=%d: %s per pass", "launches per token",
-                launches_text(r.decode_launches).c_str(), r.verify_launches.rows,
-                launches_text(r.verify_launches).c_str());
+    std::printf("  %-22s decode: %s; verify k=%d: %s per pass", "launches per token", launches_text(dl).c_str(),
+                vl.rows, launches_text(vl).c_str());
     std::printf("\n  %-22s (%s)", "", kLaunchesCounted);
   }
   std::printf("\n  %-22s", "verify k: cost / k=1");

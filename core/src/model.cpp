@@ -407,8 +407,10 @@ size_t Model::decode_state_bytes(size_t layer, int64_t pos) const {
   check(pos >= 0, "decode_state_bytes: position must not be negative, found ", pos);
   const LayerDesc& l = desc_.layers[layer];
   switch (l.kind) {
-    case LayerKind::Mamba: return 2 * size_t(l.mamba.n_heads) * size_t(l.mamba.head_dim) * size_t(l.mamba.state_size) * sizeof(float);
-    case LayerKind::Attention: return size_t(pos + 1) * 2 * size_t(l.attn.n_kv_heads) * size_t(l.attn.head_dim) * sizeof(float);
+    case LayerKind::Mamba:
+      return 2 * size_t(l.mamba.n_heads) * size_t(l.mamba.head_dim) * size_t(l.mamba.state_size) * sizeof(float);
+    case LayerKind::Attention:
+      return size_t(pos + 1) * 2 * size_t(l.attn.n_kv_heads) * size_t(l.attn.head_dim) * sizeof(float);
     default: return 0;
   }
 }
