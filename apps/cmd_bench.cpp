@@ -1,6 +1,7 @@
 // `tandem bench`: loads a model (a file, or a synthetic one straight into device memory), measures the
-// device's copy bandwidth, decode at batch 1, verify of k = 1..15 tokens, prefill at several prompt
-// lengths and, when decode is far from its roofline (or when asked), the time per layer kind; with
+// device's copy bandwidth, decode at batch 1 (and the kernels its graph launches), verify of k = 1..15
+// tokens, prefill at several prompt lengths and, when decode is far from its roofline (or when asked),
+// the time per layer kind beside that kind's bytes at copy bandwidth; with
 // --draft, drafted decode of the same prompt (bench_draft.h); with --asks, the §6 protocol instead.
 #include "cmd_bench.h"
 
@@ -48,8 +49,26 @@ struct KindTime {
   std::string kind;        // "embedding", "mamba", "attention", "moe", "mlp", "head", "logits+host"
   int layers = 0;
   double ms_per_token = 0;
-  size_t bytes = 0;        // weight bytes it reads per token (synthetic models; 0 = unknown)
+  size_t bytes = 0;        // weight bytes it reads per token (Model::decode_parts)
+  size_t state_bytes = 0;  // state bytes it moves per token, mean of the timed steps (Model::decode_state_bytes)
+  double floor_us = 0;     // (bytes + state_bytes) at the copy bandwidth, µs per token (0 = not measured)
+
+  double us_per_layer() const { return layers ? ms_per_token * 1e3 / layers : 0; }
+  double floor_us_per_layer() const { return layers ? floor_us / layers : 0; }
+  double over_floor() const { return floor_us > 0 ? ms_per_token * 1e3 / floor_us : 0; }
 };
+
+// The nodes of the backend graph of a pass of `rows` rows (GraphStats::launches), or why unknown.
+struct PassLaunches {
+  int rows = 0;
+  int64_t kernels = -1, copies = -1;
+  std::string unknown;  // why the counts are unknown; "" when known
+};
+
+// What the launch counts cover: a pass's graph starts after the embedding (model.cpp, Model::forward).
+constexpr const char* kLaunchesCounted =
+    "graph nodes: every layer and the head; outside the graph each step, not counted: the position upload, the "
+    "embedding lookup, the logits download; sampling runs on the host";
 
 struct Report {
   std::string command, date, commit, model, format, device, pattern;
@@ -64,6 +83,7 @@ struct Report {
   std::vector<Prefill> prefill;
   int64_t prefill_chunk = 0;
   std::vector<KindTime> profile;
+  PassLaunches decode_launches, verify_launches;  // verify: at k = min(8, --verify-max)
   std::vector<DraftRun> drafting;
   int profile_steps = 0;
   size_t peak_memory = 0;
@@ -117,10 +137,28 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Read right after the passes of `rows` rows ran, before other passes replace the entry.
+PassLaunches pass_launches(Model& model, int rows) {
+  const GraphStats& gs = model.graph_stats();
+  PassLaunches p;
+  p.rows = rows;
+  const auto it = gs.launches.find(rows);
+  if (!gs.enabled) p.unknown = "graphs off: " + gs.off_reason;
+  else if (it == gs.launches.end()) p.unknown = "no pass of " + std::to_string(rows) + " rows ran from a graph";
+  else if (it->second.kernels < 0) p.unknown = "backend '" + model.backend().device() + "' does not count graph nodes";
+  else p.kernels = it->second.kernels, p.copies = it->second.copies;
+  return p;
+}
+
+std::string launches_text(const PassLaunches& p) {
+  if (!p.unknown.empty()) return "unknown (" + p.unknown + ")";
+  return std::to_string(p.kernels) + " kernels (+" + std::to_string(p.copies) + " copies)";
+}
+
 // Decode steps with a synchronize after the embedding, every layer and the head: where the time of a
 // step goes, by layer kind. The synchronizations add a little to every stage; the totals say how much.
 std::vector<KindTime> profile_layers(Model& model, const std::vector<int32_t>& prompt, int64_t context, int steps,
-                                     const synth::Plan* plan) {
+                                     double bandwidth) {
   const ModelDesc& d = model.desc();
   Backend& be = model.backend();
   const int n = int(d.layers.size());
@@ -164,21 +202,21 @@ std::vector<KindTime> profile_layers(Model& model, const std::vector<int32_t>& p
   double staged = 0;
   for (double s : stage) staged += s;
   add("logits+host", total - staged, false);
-  if (plan) {  // weight bytes each kind reads per token, from the synthetic model's plan
-    for (const synth::StoredTensor& t : plan->tensors) {
-      const synth::Weight& w = plan->weights[size_t(t.weight)];
-      std::string k = w.layer < 0 ? (w.role == synth::Role::Embedding ? "embedding" : "head")
-                                  : layer_kind_name(plan->desc.layers[size_t(w.layer)].kind);
-      size_t b = t.nbytes;
-      if (w.role == synth::Role::Embedding) b = t.row_bytes;
-      if (w.role == synth::Role::Routed) {
-        const size_t k_used = size_t(plan->desc.layers[size_t(w.layer)].moe.top_k);
-        b = t.expert < 0 ? t.nbytes / size_t(w.n_experts) * k_used : (size_t(t.expert) < k_used ? t.nbytes : 0);
-      }
-      if (w.role == synth::Role::Norm && w.layer < 0) k = "head";  // the final norm runs with the head
-      kinds[k].bytes += b;
-    }
+  // Bytes from the loaded model: weights per part, and state at the timed steps' positions (the prompt,
+  // then the tokens of the prefill and the two warm-up steps: prompt + 2 … prompt + steps + 1).
+  const DecodeParts& parts = model.decode_parts();
+  kinds["embedding"].bytes = parts.embedding;
+  kinds["head"].bytes = parts.head;
+  for (int i = 0; i < n; ++i) {
+    KindTime& t = kinds[layer_kind_name(d.layers[size_t(i)].kind)];
+    t.bytes += parts.layers[size_t(i)];
+    double state = 0;
+    for (int s = 0; s < steps; ++s)
+      state += double(model.decode_state_bytes(size_t(i), int64_t(prompt.size()) + 2 + s));
+    t.state_bytes += size_t(state / steps + 0.5);
   }
+  for (auto& [k, t] : kinds)
+    if (bandwidth > 0 && t.bytes + t.state_bytes > 0) t.floor_us = double(t.bytes + t.state_bytes) / bandwidth * 1e6;
   std::vector<KindTime> out;
   for (const char* k : {"embedding", "mamba", "attention", "moe", "mlp", "head", "logits+host"})
     if (kinds.count(k)) out.push_back(kinds[k]);
@@ -225,6 +263,23 @@ void write_json(const Report& r, const std::string& path) {
   num("roofline_tokens_per_s", r.roofline_tps());
   num("roofline_fraction", r.fraction());
   w.EndObject();
+  w.Key("launches_per_token");
+  w.StartObject();
+  str("counted", kLaunchesCounted);
+  for (const auto& [key, p] : {std::pair{"decode", &r.decode_launches}, std::pair{"verify", &r.verify_launches}}) {
+    w.Key(key);
+    w.StartObject();
+    u64("rows", uint64_t(p->rows));
+    w.Key("kernels");
+    if (p->kernels >= 0) w.Int64(p->kernels);
+    else w.Null();
+    w.Key("copies");
+    if (p->copies >= 0) w.Int64(p->copies);
+    else w.Null();
+    str("unknown", p->unknown);
+    w.EndObject();
+  }
+  w.EndObject();
   w.Key("verify");
   w.StartArray();
   for (size_t i = 0; i < r.verify_seconds.size(); ++i) {
@@ -266,8 +321,13 @@ void write_json(const Report& r, const std::string& path) {
     str("kind", k.kind);
     u64("layers", uint64_t(k.layers));
     num("ms_per_token", k.ms_per_token);
+    num("us_per_layer", k.us_per_layer());
     u64("weight_bytes_per_token", k.bytes);
+    u64("state_bytes_per_token", k.state_bytes);
     num("bytes_per_s", k.ms_per_token > 0 ? double(k.bytes) / (k.ms_per_token * 1e-3) : 0);
+    num("floor_us_per_token", k.floor_us);
+    num("floor_us_per_layer", k.floor_us_per_layer());
+    num("measured_over_floor", k.over_floor());
     w.EndObject();
   }
   w.EndArray();
@@ -298,7 +358,15 @@ void print_table(const Report& r) {
               (long long)r.context);
   if (r.roofline_tps() > 0)
     std::printf("  %-22s %.1f tok/s; decode reaches %.1f %%\n", "roofline (weights)", r.roofline_tps(), 100 * r.fraction());
-  std::printf("  %-22s", "verify k: cost / k=1");
+  const PassLaunches &dl = r.decode_launches, &vl = r.verify_launches;
+  if (!dl.unknown.empty() && dl.unknown == vl.unknown) {
+    std::printf("  %-22s %s", "launches per token", launches_text(dl).c_str());
+  } else {
+    std::printf("  %-22s decode: %s; verify k=%d: %s per pass", "launches per token", launches_text(dl).c_str(),
+                vl.rows, launches_text(vl).c_str());
+    std::printf("\n  %-22s (%s)", "", kLaunchesCounted);
+  }
+  std::printf("\n  %-22s", "verify k: cost / k=1");
   for (size_t i = 0; i < r.verify_seconds.size(); ++i)
     std::printf(" %zu:%.2f", i + 1, r.verify_seconds[i] / r.verify_seconds[0]);
   std::printf("\n  %-22s", ("prefill (chunk " + std::to_string(r.prefill_chunk) + ")").c_str());
@@ -308,11 +376,24 @@ void print_table(const Report& r) {
   }
   std::printf("\n  %-22s %.2f GB\n", "peak device memory", gb(double(r.peak_memory)));
   if (!r.profile.empty()) {
-    std::printf("  per layer kind, %d decode steps synchronized after every layer:\n", r.profile_steps);
-    std::printf("    %-12s %6s %12s %16s %12s\n", "kind", "layers", "ms/token", "weight B/token", "GB/s");
-    for (const KindTime& k : r.profile)
-      std::printf("    %-12s %6d %12.3f %16zu %12.1f\n", k.kind.c_str(), k.layers, k.ms_per_token, k.bytes,
+    std::printf("  per layer kind, %d decode steps synchronized after every layer; floor: weight + state bytes at "
+                "the copy bandwidth:\n", r.profile_steps);
+    // Widths one more where a header holds a two-byte character (µ, ×): printf counts bytes.
+    std::printf("    %-12s %6s %10s %11s %15s %14s %8s %11s %12s %9s\n", "kind", "layers", "ms/token", "µs/layer",
+                "weight B/token", "state B/token", "GB/s", "floor µs", "floor/layer", "×floor");
+    for (const KindTime& k : r.profile) {
+      std::printf("    %-12s %6d %10.3f", k.kind.c_str(), k.layers, k.ms_per_token);
+      if (k.layers) std::printf(" %10.1f", k.us_per_layer());
+      else std::printf(" %10s", "-");
+      std::printf(" %15zu %14zu %8.1f", k.bytes, k.state_bytes,
                   k.ms_per_token > 0 ? double(k.bytes) / (k.ms_per_token * 1e-3) * 1e-9 : 0.0);
+      if (k.floor_us > 0) std::printf(" %10.2f", k.floor_us);
+      else std::printf(" %10s", "-");
+      if (k.floor_us > 0 && k.layers) std::printf(" %12.2f", k.floor_us_per_layer());
+      else std::printf(" %12s", "-");
+      if (k.floor_us > 0) std::printf(" %8.1f\n", k.over_floor());
+      else std::printf(" %8s\n", "-");
+    }
   }
   for (const DraftRun& d : r.drafting) print_draft_run(d);
 }
@@ -481,6 +562,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                  (long long)gs.captured, (long long)gs.replayed, (long long)gs.eager);
   else
     std::fprintf(stderr, "decode: graphs not used (%s)\n", gs.off_reason.empty() ? "none recorded" : gs.off_reason.c_str());
+  r.decode_launches = pass_launches(*model, 1);
 
   // Verify: k tokens in one pass at the same position, none accepted.
   {
@@ -498,6 +580,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
         model->commit(*seq, 0);
       }
       r.verify_seconds.push_back(median(t));
+      if (k == std::min(8, verify_max)) r.verify_launches = pass_launches(*model, k);
     }
   }
 
@@ -545,7 +628,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (!a.flag("no-profile") && (a.flag("profile-layers") || (r.fraction() > 0 && r.fraction() < 0.5))) {
     r.profile_steps = int(a.integer("profile-steps", 32));
     check(r.profile_steps >= 1, "tandem bench: --profile-steps must be at least 1");
-    r.profile = profile_layers(*model, prompt, p.context, r.profile_steps, plan ? &*plan : nullptr);
+    r.profile = profile_layers(*model, prompt, p.context, r.profile_steps, r.bandwidth);
   }
   r.peak_memory = be.peak_memory_bytes();
 

@@ -243,6 +243,7 @@ void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positio
   if (auto it = sg.graphs.find(key); it != sg.graphs.end()) {
     it->second->launch();
     ++graph_stats.replayed;
+    graph_stats.launches[n] = {it->second->kernel_nodes(), it->second->copy_nodes()};
     return;
   }
   if (sg.warm.insert(key).second) {  // first run of this shape: grow every scratch it needs
@@ -279,6 +280,7 @@ void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positio
   graph->launch();
   ++graph_stats.captured;
   ++graph_stats.replayed;
+  graph_stats.launches[n] = {graph->kernel_nodes(), graph->copy_nodes()};
   sg.graphs.emplace(key, std::move(graph));
 }
 
@@ -343,6 +345,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
 
   LayerWeights top(loader, root);
   im.embed = top.tensor("embeddings", {d.vocab, d.hidden});
+  const size_t before_head = m->weight_bytes_;
   im.norm_f = upload(be, top.vector("norm_f", {d.hidden}));
   if (d.tie_embeddings || !loader.has("lm_head")) {
     check(d.tie_embeddings, im.checkpoint->path(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
@@ -351,13 +354,16 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
     LayerWeights head(loader, "");
     im.lm_head = head.tensor("lm_head", {d.vocab, d.hidden});
   }
+  DecodeParts& parts = m->decode_parts_;
+  parts.embedding = im.embed->bytes() / size_t(d.vocab);
+  parts.head = m->weight_bytes_ - before_head;  // the final norm and the LM head
 
   std::shared_ptr<LayerFactory> mamba;
-  size_t routed_per_token = 0;  // top_k experts of every MoE layer
   for (size_t i = 0; i < d.layers.size(); ++i) {
     const LayerDesc& l = d.layers[i];
     std::string p = root + "layers." + std::to_string(i) + ".";
     LayerWeights lw(loader, p);
+    const size_t before = m->weight_bytes_, experts_before = loader.expert_bytes();
     im.norms.push_back(upload(be, lw.vector("norm", {d.hidden})));
     LayerWeights mw(loader, p + "mixer.");
     switch (l.kind) {
@@ -377,22 +383,36 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
         im.mixers.push_back(make_attention(l.attn, d.hidden, mw, be, static_cast<const int64_t*>(im.pos0->data()),
                                            im.mixer_scratch));
         break;
-      case LayerKind::MoE: {
-        const size_t e0 = loader.expert_bytes();
+      case LayerKind::MoE:
         im.mixers.push_back(make_moe(l.moe, d.hidden, mw, be, im.mixer_scratch));
-        routed_per_token += (loader.expert_bytes() - e0) / size_t(l.moe.n_experts) * size_t(l.moe.top_k);
         break;
-      }
       case LayerKind::MLP: im.mixers.push_back(make_mlp(l.mlp, d.hidden, mw, be, im.mixer_scratch)); break;
     }
+    const size_t experts = loader.expert_bytes() - experts_before;
+    const size_t routed = l.kind == LayerKind::MoE ? experts / size_t(l.moe.n_experts) * size_t(l.moe.top_k) : 0;
+    parts.layers.push_back(m->weight_bytes_ - before - experts + routed);
     if (o.progress) o.progress(double(i + 1) / double(d.layers.size()));
   }
-  m->decode_bytes_ = m->weight_bytes_ - loader.expert_bytes() + routed_per_token - im.embed->bytes() +
-                     im.embed->bytes() / size_t(d.vocab);
+  m->decode_bytes_ = parts.embedding + parts.head;
+  for (size_t b : parts.layers) m->decode_bytes_ += b;
   spdlog::info("loaded {} ({} layers, pattern {}) from '{}' via '{}' on {}: {:.1f} MiB of weights", d.model_type,
                d.layers.size(), d.pattern(), im.checkpoint->path(), m->format_name_, be.device(),
                double(m->weight_bytes_) / (1 << 20));
   return m;
+}
+
+size_t Model::decode_state_bytes(size_t layer, int64_t pos) const {
+  check(layer < desc_.layers.size(), "decode_state_bytes: layer ", layer, " is outside the model's layers [0, ",
+        desc_.layers.size(), ")");
+  check(pos >= 0, "decode_state_bytes: position must not be negative, found ", pos);
+  const LayerDesc& l = desc_.layers[layer];
+  switch (l.kind) {
+    case LayerKind::Mamba:
+      return 2 * size_t(l.mamba.n_heads) * size_t(l.mamba.head_dim) * size_t(l.mamba.state_size) * sizeof(float);
+    case LayerKind::Attention:
+      return size_t(pos + 1) * 2 * size_t(l.attn.n_kv_heads) * size_t(l.attn.head_dim) * sizeof(float);
+    default: return 0;
+  }
 }
 
 std::unique_ptr<Sequence> Model::new_sequence(int64_t max_tokens) const {

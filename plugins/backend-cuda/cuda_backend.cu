@@ -131,16 +131,40 @@ class DeviceBuffer final : public Buffer {
   size_t bytes_ = 0, block_ = 0;
 };
 
+// Adds the kernel and copy (memcpy, memset) nodes of a recording, child graphs included; false when
+// the runtime cannot list them (then the counts are unknown; the graph itself is fine).
+bool count_nodes(cudaGraph_t graph, int64_t& kernels, int64_t& copies) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) return false;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n && cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) return false;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) return false;
+    if (type == cudaGraphNodeTypeKernel) ++kernels;
+    else if (type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeMemset) ++copies;
+    else if (type == cudaGraphNodeTypeGraph) {
+      cudaGraph_t child = nullptr;
+      if (cudaGraphChildGraphNodeGetGraph(node, &child) != cudaSuccess || !count_nodes(child, kernels, copies))
+        return false;
+    }
+  }
+  return true;
+}
+
 class CudaGraph final : public Graph {
  public:
-  explicit CudaGraph(cudaGraphExec_t exec) : exec_(exec) {}
+  CudaGraph(cudaGraphExec_t exec, int64_t kernels, int64_t copies) : exec_(exec), kernels_(kernels), copies_(copies) {}
   ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
   void launch() override { check_cuda(cudaGraphLaunch(exec_, stream()), "cudaGraphLaunch"); }
+  int64_t kernel_nodes() const override { return kernels_; }
+  int64_t copy_nodes() const override { return copies_; }
 
  private:
   cudaGraphExec_t exec_;
+  int64_t kernels_, copies_;
 };
 
 void check_copy(const char* op, const void* dst, const void* src, size_t bytes) {
@@ -280,11 +304,16 @@ std::unique_ptr<Graph> CudaBackend::end_capture() {
   const bool clean = pool_->handed_out() == capture_allocs_ && pool_->released() == capture_epoch_;
   cudaGraphExec_t exec = nullptr;
   cudaError_t made = cudaSuccess;
+  int64_t kernels = 0, copies = 0;  // counted here: an instantiated graph cannot be walked
   if (clean) made = cudaGraphInstantiate(&exec, graph, 0);
+  if (clean && made == cudaSuccess && !count_nodes(graph, kernels, copies)) {
+    (void)cudaGetLastError();
+    kernels = copies = -1;
+  }
   (void)cudaGraphDestroy(graph);
   if (!clean) return nullptr;
   check_cuda(made, "cudaGraphInstantiate");
-  return std::make_unique<CudaGraph>(exec);
+  return std::make_unique<CudaGraph>(exec, kernels, copies);
 }
 
 size_t CudaBackend::peak_memory_bytes() const { return pool_->peak(); }

@@ -301,6 +301,27 @@ TEST(SynthRun, TinyBf16FolderFromFileAndFromMemory) {
   expect_runs(*from_file);
   EXPECT_EQ(from_file->decode_bytes(), plan.totals.decode_bytes);
   EXPECT_EQ(from_file->weight_bytes(), plan.totals.bytes);
+  // The decode bytes by part: one embedding row, each layer, the head; they add up to the total.
+  const ModelDesc& d = from_file->desc();
+  const DecodeParts& parts = from_file->decode_parts();
+  ASSERT_EQ(parts.layers.size(), d.layers.size());
+  EXPECT_EQ(parts.embedding, size_t(d.hidden) * 2);  // a bf16 row
+  size_t sum = parts.embedding + parts.head;
+  for (size_t b : parts.layers) {
+    EXPECT_GT(b, 0u);
+    sum += b;
+  }
+  EXPECT_EQ(sum, from_file->decode_bytes());
+  EXPECT_GE(parts.head, size_t(d.vocab) * size_t(d.hidden) * 2);  // the whole LM head, bf16 or wider
+  // The state a decode step moves, per layer kind.
+  for (size_t i = 0; i < d.layers.size(); ++i) {
+    const LayerDesc& l = d.layers[i];
+    size_t want = 0;
+    if (l.kind == LayerKind::Mamba) want = 2 * size_t(l.mamba.n_heads * l.mamba.head_dim * l.mamba.state_size) * 4;
+    if (l.kind == LayerKind::Attention) want = 10 * 2 * size_t(l.attn.n_kv_heads * l.attn.head_dim) * 4;
+    EXPECT_EQ(from_file->decode_state_bytes(i, 9), want) << "layer " << i;
+  }
+  EXPECT_THROW(from_file->decode_state_bytes(d.layers.size(), 0), Error);
   auto from_memory =
       Model::load(std::make_unique<SynthCheckpoint>(plan, 2, "synth:tiny/bf16"), "synth", LoadOptions{}, registry());
   expect_runs(*from_memory);

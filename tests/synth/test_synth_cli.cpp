@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "synth_model.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -95,16 +97,66 @@ void expect_report(const rapidjson::Document& d, bool synthetic) {
   EXPECT_EQ(d["prefill"][0]["tokens"].GetUint64(), 16u);
   EXPECT_GT(d["prefill"][0]["tokens_per_s"].GetDouble(), 0.0);
 
+  // The CPU records no graphs: launch counts are unknown, and the report says why.
+  const auto& launches = d["launches_per_token"];
+  ASSERT_TRUE(launches.IsObject());
+  EXPECT_TRUE(launches["counted"].IsString() && launches["counted"].GetStringLength() > 0);
+  for (const char* pass : {"decode", "verify"}) {
+    const auto& p = launches[pass];
+    ASSERT_TRUE(p.IsObject()) << pass;
+    EXPECT_EQ(p["rows"].GetUint64(), std::string(pass) == "decode" ? 1u : 3u) << pass;  // verify: min(8, --verify-max)
+    EXPECT_TRUE(p["kernels"].IsNull() && p["copies"].IsNull()) << pass;
+    EXPECT_EQ(std::string(p["unknown"].GetString()), "graphs off: backend 'cpu' cannot record graphs") << pass;
+  }
+
   const auto& prof = d["layer_profile"];
-  EXPECT_EQ(prof["steps"].GetUint64(), 4u);
+  const uint64_t steps = prof["steps"].GetUint64();
+  EXPECT_EQ(steps, 4u);
   ASSERT_TRUE(prof["kinds"].IsArray());
   std::set<std::string> kinds;
+  const double bw = d["copy_bandwidth_bytes_per_s"].GetDouble();
+  uint64_t weight_sum = 0;
+  std::map<std::string, uint64_t> state, layers;
   for (const auto& k : prof["kinds"].GetArray()) {
-    kinds.insert(k["kind"].GetString());
-    EXPECT_TRUE(k["layers"].IsUint64() && k["ms_per_token"].IsNumber() && k["weight_bytes_per_token"].IsUint64() &&
-                k["bytes_per_s"].IsNumber());
+    const std::string kind = k["kind"].GetString();
+    kinds.insert(kind);
+    for (const char* f : {"layers", "weight_bytes_per_token", "state_bytes_per_token"})
+      ASSERT_TRUE(k[f].IsUint64()) << kind << " " << f;
+    for (const char* f : {"ms_per_token", "us_per_layer", "bytes_per_s", "floor_us_per_token", "floor_us_per_layer",
+                          "measured_over_floor"})
+      ASSERT_TRUE(k[f].IsNumber()) << kind << " " << f;
+    const uint64_t w = k["weight_bytes_per_token"].GetUint64(), st = k["state_bytes_per_token"].GetUint64();
+    const uint64_t n = k["layers"].GetUint64();
+    const double ms = k["ms_per_token"].GetDouble(), floor = k["floor_us_per_token"].GetDouble();
+    weight_sum += w;
+    state[kind] = st;
+    layers[kind] = n;
+    if (kind == "logits+host") {
+      EXPECT_EQ(w + st, 0u);
+      EXPECT_EQ(floor, 0.0);
+      continue;
+    }
+    // Every other kind reads weights: its floor is its bytes at the copy bandwidth, and the ratio and
+    // per-layer figures are the measured time over it.
+    EXPECT_GT(w, 0u) << kind;
+    EXPECT_GT(floor, 0.0) << kind;
+    EXPECT_NEAR(floor, double(w + st) / bw * 1e6, floor * 1e-9) << kind;
+    EXPECT_NEAR(k["measured_over_floor"].GetDouble(), ms * 1e3 / floor, 1e-9 * ms * 1e3 / floor) << kind;
+    EXPECT_NEAR(k["floor_us_per_layer"].GetDouble() * double(n), n ? floor : 0.0, floor * 1e-9) << kind;
+    EXPECT_NEAR(k["us_per_layer"].GetDouble() * double(n), n ? ms * 1e3 : 0.0, ms * 1e-6) << kind;
   }
   EXPECT_EQ(kinds, (std::set<std::string>{"embedding", "mamba", "attention", "moe", "head", "logits+host"}));
+  // The kinds' weight bytes are the model's decode bytes, split; the state bytes follow the shape: the
+  // fp32 SSM state read and written per Mamba layer, the f32 K and V rows read per attention layer at
+  // the timed steps' positions (prompt + 2 … prompt + steps + 1, each reading its own row too).
+  EXPECT_EQ(weight_sum, b["model"].GetUint64());
+  const tandem::ModelDesc shape = tandem::synth::model_shape("tiny");
+  const tandem::MambaDesc& m = tandem::synth::first_layer(shape, tandem::LayerKind::Mamba)->mamba;
+  const tandem::AttentionDesc& at = tandem::synth::first_layer(shape, tandem::LayerKind::Attention)->attn;
+  EXPECT_EQ(state["mamba"], layers["mamba"] * 2 * uint64_t(m.n_heads * m.head_dim * m.state_size) * 4);
+  const double mean_rows = double(dec["prompt_tokens"].GetUint64()) + 2 + double(steps - 1) / 2 + 1;
+  EXPECT_EQ(double(state["attention"]), double(layers["attention"]) * 2 * at.n_kv_heads * at.head_dim * 4 * mean_rows);
+  EXPECT_EQ(state["moe"] + state["embedding"] + state["head"], 0u);
 }
 
 const char* kQuick = "--device cpu --threads 2 --context 256 --prompt-tokens 8 --decode-tokens 8 --verify-max 3 "
@@ -119,6 +171,9 @@ TEST(BenchCli, SyntheticTinyWritesEveryField) {
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("roofline"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("launches per token     unknown (graphs off: backend 'cpu' cannot record graphs)\n"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("floor µs"), std::string::npos) << r.out;
     rapidjson::Document d = read_json(json);
     expect_report(d, true);
     EXPECT_EQ(std::string(d["model"].GetString()), std::string("synth:tiny/") + mix);

@@ -53,6 +53,10 @@ class Graph {
   virtual ~Graph() = default;
   // Queues the recorded work on the backend's stream; does not synchronize.
   virtual void launch() = 0;
+  // Optional (benchmarks): what one launch() runs, as nodes of the recording: kernels, and copies
+  // (memcpy and memset nodes). -1 = the backend does not count them (the default).
+  virtual int64_t kernel_nodes() const { return -1; }
+  virtual int64_t copy_nodes() const { return -1; }
 };
 
 class Backend {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,19 @@ struct GraphStats {
   int64_t replayed = 0;     // passes run from a recording (the first run of each included)
   int64_t eager = 0;        // verify passes run op by op
   std::string off_reason;   // why graphs are off, when they are
+  // By rows n: the nodes of the last graph replayed for a pass of n rows (Graph::kernel_nodes,
+  // copy_nodes; -1 = not counted by the backend). Absent: no pass of n rows was replayed.
+  struct Launches {
+    int64_t kernels = -1, copies = -1;
+  };
+  std::map<int, Launches> launches;
+};
+
+// Weight bytes one decode step reads, by part (Model::decode_parts); they sum to Model::decode_bytes().
+struct DecodeParts {
+  size_t embedding = 0;              // one row of the embedding
+  std::vector<size_t> layers;        // layer i: its norm and mixer, top_k experts of a MoE layer
+  size_t head = 0;                   // the final norm and the LM head
 };
 
 // Opens options.path with the format plugin named by options.format, or with the one whose
@@ -74,6 +88,11 @@ class TANDEM_API Model {
   // Bytes of weights one decode step reads: every weight except the routed experts and the embedding,
   // plus top_k experts of each MoE layer and one embedding row (from the loaded tensors' bytes()).
   size_t decode_bytes() const { return decode_bytes_; }
+  const DecodeParts& decode_parts() const { return decode_parts_; }
+  // Bytes of state layer i moves in a decode step at position pos: a Mamba layer reads and writes its
+  // fp32 SSM state (nh·P·N·4 bytes each way; the small conv window is left out); an attention layer
+  // reads the f32 K and V rows of positions 0 … pos (2·nkv·hd·4 bytes a row). 0 for MoE and MLP layers.
+  size_t decode_state_bytes(size_t layer, int64_t pos) const;
 
   std::unique_ptr<Sequence> new_sequence(int64_t max_tokens) const;
   // Runs `tokens` at positions seq.pos …; writes logits (f32, host) of every position
@@ -128,6 +147,7 @@ class TANDEM_API Model {
   std::string format_name_;
   size_t weight_bytes_ = 0;
   size_t decode_bytes_ = 0;
+  DecodeParts decode_parts_;
 };
 
 }  // namespace tandem

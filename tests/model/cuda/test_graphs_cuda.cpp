@@ -109,6 +109,14 @@ TEST_P(Graphs, DecodeReplaysBitIdentical) {
   // The graph sequence ran its first step op by op, recorded the second and replayed the rest.
   EXPECT_GE(after.replayed - before.replayed, 62);
   EXPECT_GE(after.captured - before.captured, 1);
+  // What `tandem bench` prints as launches per token: the decode graph's nodes, at least one kernel
+  // per layer and one for the head.
+  const auto it = after.launches.find(1);
+  ASSERT_TRUE(it != after.launches.end());
+  std::printf("[measure] decode graph: %lld kernels, %lld copies\n", (long long)it->second.kernels,
+              (long long)it->second.copies);
+  EXPECT_GT(it->second.kernels, int64_t(m.desc().layers.size()));
+  EXPECT_GE(it->second.copies, 0);
 }
 
 TEST_P(Graphs, VerifyAndCommitCyclesReplayBitIdentical) {

@@ -1,6 +1,8 @@
 // Graph capture on the CUDA backend: attention_at (position in device memory) against attention
 // (position by value), recorded attention_at passes replayed at later positions (up to 20k keys), and
-// recordings that allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this backend reads.
+// recordings that allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this
+// backend reads; the node counts a recording reports (Graph::kernel_nodes, copy_nodes), which
+// `tandem bench` prints.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,6 +161,39 @@ TEST(CudaGraph, RecordingThatAllocatesOrReleasesIsDropped) {
   EXPECT_TRUE(be.end_capture() == nullptr);
   be.relu2(Tensor::f32(x.p(), 1, 256));
   be.download(host.data(), x.p(), 256 * sizeof(float));
+}
+
+// K relu2 launches and C device copies recorded: the graph reports K kernel nodes and C copy nodes,
+// and its replay computes what K relu2 steps on the host do.
+TEST(CudaGraph, NodeCountsAreTheRecordedLaunches) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  constexpr int64_t kN = 1000;
+  for (int kernels : {1, 3, 7}) {
+    for (int copies : {0, 2}) {
+      const std::vector<float> x0 = random_vec(size_t(kN), uint64_t(100 + kernels * 10 + copies), -1.5f, 1.5f);
+      auto x = to_device(be, x0);
+      auto dst = poisoned_device(be, size_t(kN));
+      const Tensor tx = Tensor::f32(x.p(), 1, kN), td = Tensor::f32(dst.p(), 1, kN);
+      be.synchronize();
+      ASSERT_TRUE(be.begin_capture());
+      for (int i = 0; i < kernels; ++i) be.relu2(tx);
+      for (int i = 0; i < copies; ++i) be.copy(tx, td);
+      auto graph = be.end_capture();
+      ASSERT_TRUE(graph != nullptr);
+      EXPECT_EQ(graph->kernel_nodes(), kernels) << kernels << " kernels, " << copies << " copies";
+      EXPECT_EQ(graph->copy_nodes(), copies) << kernels << " kernels, " << copies << " copies";
+      graph->launch();
+      std::vector<float> want = x0;
+      for (int i = 0; i < kernels; ++i)
+        for (float& v : want) {
+          const float r = v < 0.0f ? 0.0f : v;
+          v = r * r;
+        }
+      EXPECT_TRUE(same_bits(to_host(be, x), want)) << kernels << " kernels";
+      if (copies) EXPECT_TRUE(same_bits(to_host(be, dst), want)) << kernels << " kernels";
+    }
+  }
 }
 
 }  // namespace
