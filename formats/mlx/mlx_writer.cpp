@@ -89,8 +89,9 @@ class Plan {
     std::vector<const RawTensor*> v;
     for (const auto& [j, t] : by) {
       check(j == int64_t(v.size()), "mlx writer: '", module, "': expert ", v.size(), " is missing (found ", j, ")");
-      check(v.empty() || (t->dtype == v[0]->dtype && t->shape == v[0]->shape), "mlx writer: tensor '", t->name,
-            "' is ", t->dtype, " ", shape_str(t->shape), ", expert 0 is ", v[0]->dtype, " ", shape_str(v[0]->shape));
+      if (!v.empty() && (t->dtype != v[0]->dtype || t->shape != v[0]->shape))
+        fail("mlx writer: tensor '", t->name, "' is ", t->dtype, " ", shape_str(t->shape), ", expert 0 is ", v[0]->dtype,
+             " ", shape_str(v[0]->shape));
       v.push_back(t);
     }
     return v;
