@@ -74,7 +74,8 @@ CommandSpec convert_spec(PluginRegistry& reg) {
   return CommandSpec{"convert",
                      "Convert a BF16 safetensors folder to another format with the converter a plugin offers "
                      "(EXL3: routed experts at --bits, other linears at --other-bits when --bits < 4, lm_head at "
-                     "--head-bits). An interrupted run resumes from OUTPUT_DIR.partial.",
+                     "--head-bits). An interrupted run resumes from OUTPUT_DIR.partial. MLX (--to mlx): INPUT is a GGUF "
+                     "file, transcoded loss-free (IQ2_XXS, NVFP4, Q8_0 and floats).",
                      with_verbose_flag(flags), "INPUT_DIR OUTPUT_DIR", ""};
 }
 
