@@ -205,7 +205,8 @@ class MlxCheckpoint final : public Checkpoint {
     return read_text(dir_ / name);
   }
   std::string dump() const override {
-    std::string s = "MLX folder '" + path_ + "': " + std::to_string(modules_) + " quantized modules transcoded to GGML blocks (" +
+    std::string s = "MLX folder '" + path_ + "': " + std::to_string(modules_) +
+                    " quantized modules transcoded to GGML blocks (" +
                     std::to_string(transcoded_bytes_) + " bytes of host memory)\n";
     return s + Checkpoint::dump();
   }
@@ -272,14 +273,15 @@ class MlxCheckpoint final : public Checkpoint {
     const std::string mode_at = "mlx: file '" + quant.file() + "': tensor '" + w->name + "'";
     if (spec.mode == "iq2_xxs") {
       k = words * 16;
-      check(k % kIq2Block == 0, at, ": rows of ", k, " elements (", words, " words) are not whole IQ2_XXS blocks of 256");
+      check(k % kIq2Block == 0, at, ": rows of ", k, " elements (", words,
+            " words) are not whole IQ2_XXS blocks of 256");
       companion(s, "scales", k / kIq2Block, "F16", true);
       half_type(s->dtype, half);
       none(b), none(g);
       dtype = "IQ2_XXS", row_bytes = k / kIq2Block * kIq2Bytes;
     } else if (spec.mode == "nvfp4") {
-      check(spec.bits == 4 && spec.group_size == 16, mode_at, ": nvfp4 needs bits 4 and group_size 16, the config says ",
-            spec.bits, " and ", spec.group_size);
+      check(spec.bits == 4 && spec.group_size == 16, mode_at,
+            ": nvfp4 needs bits 4 and group_size 16, the config says ", spec.bits, " and ", spec.group_size);
       k = words * 8;
       check(k % kNvfp4Block == 0, at, ": rows of ", k, " elements are not whole NVFP4 blocks of 64");
       companion(s, "scales", k / 16, "U8", false);
@@ -287,13 +289,22 @@ class MlxCheckpoint final : public Checkpoint {
       if (g) {
         int64_t count = 1;
         for (int64_t d : g->shape) count *= d;
-        check(is_float(g->dtype) && (count == 1 || count == e), "mlx: file '", g->file, "': tensor '", g->name,
-              "': expected one float", e > 1 ? " or one per expert" : "", ", found ", g->dtype, " ", shape_str(g->shape));
+        check((is_float(g->dtype) || g->dtype == "F64") && (count == 1 || count == e), "mlx: file '", g->file,
+              "': tensor '", g->name, "': expected one float", e > 1 ? " or one per expert" : "", ", found ", g->dtype,
+              " ", shape_str(g->shape));
         for (int64_t j = 0; j < e; ++j) {
           const uint8_t* p = g->data + (count == 1 ? 0 : size_t(j) * element_bytes(g->dtype));
-          float v;
-          if (g->dtype == "F32") std::memcpy(&v, p, 4);
-          else v = g->dtype == "F16" ? f16_to_f32(uint16_t(p[0] | p[1] << 8)) : bf16_to_f32(uint16_t(p[0] | p[1] << 8));
+          double v;
+          if (g->dtype == "F64") {
+            std::memcpy(&v, p, 8);
+          } else if (g->dtype == "F32") {
+            float f;
+            std::memcpy(&f, p, 4);
+            v = f;
+          } else {
+            const uint16_t h = uint16_t(p[0] | p[1] << 8);
+            v = g->dtype == "F16" ? f16_to_f32(h) : bf16_to_f32(h);
+          }
           multipliers.push_back(nvfp4_multiplier(v));
         }
       }

@@ -150,7 +150,8 @@ void affine8_to_q8_0(const uint8_t* words, const uint8_t* scales, const uint8_t*
     const float s = half_value(scales + bad * 2, half), bias = half_value(biases + bad * 2, half);
     fail(at, ": group ", g, " of row ", r, " (elements ", g * group, "..", g * group + group - 1,
          ") is not a Q8_0 transcode: scale ", fmt(s), ", bias ", fmt(bias),
-         bias == -128.0f * s ? " (the scale is not an fp16 value)" : ", expected bias = -128 x scale = " + fmt(-128.0f * s));
+         bias == -128.0f * s ? " (the scale is not an fp16 value)"
+                             : ", expected bias = -128 x scale = " + fmt(-128.0f * s));
   }
 }
 
@@ -208,19 +209,19 @@ void q8_0_to_affine8(const uint8_t* blocks, int64_t rows, int64_t k, uint8_t* wo
          ", whose MLX bias -128 x d does not fit in fp16");
 }
 
-float nvfp4_multiplier(float global_scale) { return global_scale / 2688.0f; }
+float nvfp4_multiplier(double global_scale) { return float(global_scale / 2688.0); }
 
-float nvfp4_global_scale(float m, const std::string& at) {
+bool nvfp4_global_scale_f32(float m, float& out) {
   const float guess = m * 2688.0f;
   float lo = guess, hi = guess;
-  if (nvfp4_multiplier(guess) == m) return guess;
-  for (int i = 0; i < 64; ++i) {
+  if (nvfp4_multiplier(guess) == m) return out = guess, true;
+  for (int i = 0; i < 4; ++i) {
     lo = std::nextafter(lo, -std::numeric_limits<float>::infinity());
     hi = std::nextafter(hi, std::numeric_limits<float>::infinity());
-    if (nvfp4_multiplier(lo) == m) return lo;
-    if (nvfp4_multiplier(hi) == m) return hi;
+    if (nvfp4_multiplier(lo) == m) return out = lo, true;
+    if (nvfp4_multiplier(hi) == m) return out = hi, true;
   }
-  fail(at, ": no f32 global scale g gives g / 2688 = ", fmt(m), " exactly");
+  return false;
 }
 
 }  // namespace tandem::mlx

@@ -47,10 +47,12 @@ void nvfp4_from_gguf(const uint8_t* blocks, int64_t rows, int64_t k, uint8_t* wo
 void q8_0_to_affine8(const uint8_t* blocks, int64_t rows, int64_t k, uint8_t* words, uint8_t* scales,
                      uint8_t* biases, const std::string& at);
 
-// NVFP4 global scale, MLX's amax convention (§ 7.1): the multiplier is global_scale / (6·448), computed
-// in f32 as global_scale / 2688.
-float nvfp4_multiplier(float global_scale);
-// A global scale whose multiplier is exactly `m` (searched near m·2688). Error when none is found.
-float nvfp4_global_scale(float m, const std::string& at);
+// NVFP4 global scale, MLX's amax convention (§ 7.1): the multiplier is global_scale / (6·448), the
+// quotient rounded once to f32 (for an f32 global scale the same as f32 division).
+float nvfp4_multiplier(double global_scale);
+// An f32 global scale whose multiplier is exactly `m`, searched near m·2688. Not every f32 m has one
+// (next to some m, consecutive f32 global scales step by 1.5 ulp of m): false then, and the writer
+// stores the F64 m·2688, which is exact.
+bool nvfp4_global_scale_f32(float m, float& out);
 
 }  // namespace tandem::mlx

@@ -38,7 +38,8 @@ bool expert_name(const std::string& name, std::string& module, int64_t& j, std::
   size_t i = at + 9;
   const size_t d0 = i;
   j = 0;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && i - d0 < 9) j = j * 10 + (name[i++] - '0');
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && i - d0 < 9)
+    j = j * 10 + (name[i++] - '0');
   if (i == d0 || i >= name.size() || name[i] != '.') return false;
   const std::string rest = name.substr(i + 1);
   for (const auto& [hf, mlx] : {std::pair{"up_proj.", "fc1"}, std::pair{"down_proj.", "fc2"}})
@@ -85,13 +86,14 @@ class Plan {
 
  private:
   // The experts of one part, checked to be 0..E-1 of one dtype and shape.
-  static std::vector<const RawTensor*> ordered(const std::string& module, const std::map<int64_t, const RawTensor*>& by) {
+  static std::vector<const RawTensor*> ordered(const std::string& module,
+                                               const std::map<int64_t, const RawTensor*>& by) {
     std::vector<const RawTensor*> v;
     for (const auto& [j, t] : by) {
       check(j == int64_t(v.size()), "mlx writer: '", module, "': expert ", v.size(), " is missing (found ", j, ")");
       if (!v.empty() && (t->dtype != v[0]->dtype || t->shape != v[0]->shape))
-        fail("mlx writer: tensor '", t->name, "' is ", t->dtype, " ", shape_str(t->shape), ", expert 0 is ", v[0]->dtype,
-             " ", shape_str(v[0]->shape));
+        fail("mlx writer: tensor '", t->name, "' is ", t->dtype, " ", shape_str(t->shape), ", expert 0 is ",
+             v[0]->dtype, " ", shape_str(v[0]->shape));
       v.push_back(t);
     }
     return v;
@@ -167,19 +169,31 @@ class Plan {
       if (sc != m.parts.end()) {
         std::vector<const RawTensor*> ss = ordered(module, sc->second);
         check(ss.size() == ws.size(), at, ": ", ss.size(), " scales for ", ws.size(), " experts");
-        std::vector<float> g;
+        std::vector<float> mult;
+        std::vector<float> g32;
+        bool all_f32 = true;
         for (const RawTensor* s : ss) {
           check(s->dtype == "F32" && s->nbytes == 4, "mlx writer: tensor '", s->name, "': expected one F32, found ",
                 s->dtype, " ", shape_str(s->shape));
-          float v;
+          float v, g = 0;
           std::memcpy(&v, s->data, 4);
-          g.push_back(nvfp4_global_scale(v, "mlx writer: tensor '" + s->name + "'"));
+          mult.push_back(v);
+          all_f32 = all_f32 && nvfp4_global_scale_f32(v, g);
+          g32.push_back(g);
         }
-        items.push_back({{module + ".global_scale", "F32", m.stacked ? std::vector<int64_t>{e} : std::vector<int64_t>{}},
-                         [g](std::vector<uint8_t>& out) {
-                           out.resize(g.size() * 4);
-                           std::memcpy(out.data(), g.data(), out.size());
-                         }});
+        const std::vector<int64_t> gshape = m.stacked ? std::vector<int64_t>{e} : std::vector<int64_t>{};
+        auto bytes = [mult, g32, all_f32](std::vector<uint8_t>& out) {
+          out.resize(mult.size() * (all_f32 ? 4 : 8));
+          for (size_t i = 0; i < mult.size(); ++i) {
+            if (all_f32) {
+              std::memcpy(out.data() + 4 * i, &g32[i], 4);
+            } else {
+              const double g = double(mult[i]) * 2688.0;  // exact: 24 + 5 bits
+              std::memcpy(out.data() + 8 * i, &g, 8);
+            }
+          }
+        };
+        items.push_back({{module + ".global_scale", all_f32 ? "F32" : "F64", gshape}, bytes});
       }
     } else {
       auto affine = [=](int which) {
@@ -199,7 +213,8 @@ class Plan {
   }
 };
 
-void add_member(rapidjson::Value& obj, const std::string& key, rapidjson::Value v, rapidjson::Document::AllocatorType& a) {
+void add_member(rapidjson::Value& obj, const std::string& key, rapidjson::Value v,
+                rapidjson::Document::AllocatorType& a) {
   if (obj.HasMember(key.c_str())) obj.RemoveMember(key.c_str());
   obj.AddMember(rapidjson::Value(key.c_str(), a), v, a);
 }
@@ -220,7 +235,8 @@ std::string config_with_quantization(const std::string& config, const std::map<s
   rapidjson::Value q = spec(8, 32, "affine", a);  // the default: 8-bit affine, the Q8_0 transcode
   for (const auto& [module, mode] : quantized) {
     if (mode == "affine") continue;
-    q.AddMember(rapidjson::Value(module.c_str(), a), mode == "nvfp4" ? spec(4, 16, "nvfp4", a) : spec(2, 256, "iq2_xxs", a), a);
+    rapidjson::Value entry = mode == "nvfp4" ? spec(4, 16, "nvfp4", a) : spec(2, 256, "iq2_xxs", a);
+    q.AddMember(rapidjson::Value(module.c_str(), a), entry, a);
   }
   rapidjson::Value copy(q, a);
   add_member(doc, "quantization", std::move(q), a);

@@ -62,7 +62,8 @@ std::vector<uint8_t> f16_scales(size_t n, std::mt19937_64& g) {
 // E4M3 per the OCP FP8 definition: bias 7, subnormals at e = 0, 0x7F/0xFF NaN.
 float e4m3(uint8_t x) {
   const int e = (x >> 3) & 15, m = x & 7;
-  const float mag = e == 0 ? float(m) / 8.0f * std::ldexp(1.0f, -6) : (1.0f + float(m) / 8.0f) * std::ldexp(1.0f, e - 7);
+  const float mag =
+      e == 0 ? float(m) / 8.0f * std::ldexp(1.0f, -6) : (1.0f + float(m) / 8.0f) * std::ldexp(1.0f, e - 7);
   return (x & 0x80) ? -mag : mag;
 }
 float e2m1(int n) {

@@ -156,7 +156,8 @@ TEST(MlxRoundTrip, GgufToMlxIsLossFree) {
     worst = std::max(worst, std::fabs(double(g1[i]) - double(m2[i])));
     scale = std::max(scale, std::fabs(double(g1[i])));
   }
-  std::printf("mlx via dense kernels for float tensors: max |logit difference| %.3g (max |logit| %.3g)\n", worst, scale);
+  std::printf("mlx via dense kernels for float tensors: max |logit difference| %.3g (max |logit| %.3g)\n", worst,
+              scale);
   EXPECT_LT(worst, 1e-4 * std::max(1.0, scale));
 }
 
