@@ -317,3 +317,45 @@ TEST_F(MlxReader, NanNvfp4ScaleIsAnError) {
 
 }  // namespace
 }  // namespace tandem::test
+
+namespace tandem::test {
+namespace {
+
+// A safetensors file with the given header text and `data` bytes of payload.
+void write_raw(const std::string& path, const std::string& header, size_t data, uint64_t claimed_len = 0) {
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = claimed_len ? claimed_len : header.size();
+  for (int i = 0; i < 8; ++i) f.put(char(uint8_t(n >> (8 * i))));
+  f << header << std::string(data, '\0');
+}
+
+TEST(MlxFiles, BadSafetensorsAreOneLineErrorsNamingTheFile) {
+  TempDir tmp("tandem-mlx");
+  const std::string p = tmp.file("m.safetensors");
+  auto bad = [&](const std::string& header, size_t data, std::initializer_list<std::string> parts, uint64_t len = 0) {
+    write_raw(p, header, data, len);
+    const auto open = [&] { mlx::MappedFile f(p); };
+    expect_error(open, {"mlx: file '" + p + "'"});
+    for (const auto& part : parts) expect_error(open, {part});
+  };
+  bad(R"({"a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})", 2, {"'a'", "outside the 2 data bytes"});
+  bad(R"({"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 4]}})", 4, {"'a'", "needs 6 bytes"});
+  bad(R"({"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}})", 1, {"'a'", "unknown dtype 'Q9'"});
+  bad(R"({"a": {"dtype": "F16", "shape": [1]}})", 2, {"'a'", "data_offsets"});
+  bad(R"({"a": )", 0, {"not a JSON object"});
+  bad(R"({})", 0, {"header length 1000", "exceeds the file"}, 1000);
+  write_raw(p, "", 0);
+  std::filesystem::resize_file(p, 5);
+  expect_error([&] { mlx::MappedFile f(p); }, {p, "shorter than a safetensors header"});
+  // A valid file reads back.
+  write_raw(p, R"({"__metadata__": {"format": "mlx"}, "a": {"dtype": "U32", "shape": [2, 1], "data_offsets": [0, 8]}})",
+            8);
+  mlx::MappedFile ok(p);
+  ASSERT_EQ(ok.tensors().size(), 1u);
+  EXPECT_EQ(ok.tensors()[0].name, "a");
+  EXPECT_EQ(ok.tensors()[0].shape, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(ok.tensors()[0].nbytes, 8u);
+}
+
+}  // namespace
+}  // namespace tandem::test
