@@ -425,6 +425,20 @@ std::unique_ptr<Sequence> Model::new_sequence(int64_t max_tokens) const {
 
 void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, std::vector<float>& logits,
                     bool all_positions) {
+  const Tensor lg = queue_pass(seq, tokens, mode, all_positions);
+  logits.resize(size_t(lg.numel()));
+  backend_->download(logits.data(), lg.data, lg.nbytes());
+}
+
+void Model::forward_commit(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode,
+                           std::vector<float>& logits, bool all_positions) {
+  const Tensor lg = queue_pass(seq, tokens, mode, all_positions);
+  commit(seq, int(tokens.size()));
+  logits.resize(size_t(lg.numel()));
+  backend_->download(logits.data(), lg.data, lg.nbytes());
+}
+
+Tensor Model::queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions) {
   const int64_t n = int64_t(tokens.size());
   check(n > 0, "forward: no tokens");
   check(seq.pos + n <= seq.capacity, "forward: ", seq.pos, " + ", n, " tokens exceed the context window of ",
@@ -469,11 +483,10 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   };
   if (mode == ForwardMode::Verify) im.run_verify(be, seq, int(n), all_positions, pass);
   else pass();
-  logits.resize(size_t(lg.numel()));
-  be.download(logits.data(), lg.data, lg.nbytes());
   im.tapped = std::move(taps);
   seq.pending = true;
   seq.last = info;
+  return lg;
 }
 
 void Model::set_forward_observer(std::function<void(int, const Tensor&)> observer) {
