@@ -150,7 +150,7 @@ void ModeloptTensor::matmul_raw(const Tensor& x, const Tensor& y) const {
   const int64_t n = x.rows, m = l_.out, k = l_.in;
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, k * std::min<int64_t>(n, 16)));
   parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(size_t(k));
+    std::vector<float> row(static_cast<size_t>(k));
     for (int64_t r = r0; r < r1; ++r) {
       decode_row(l_, r, row.data());
       const float s = l_.out_scale[size_t(r)];
