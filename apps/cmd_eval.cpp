@@ -132,6 +132,17 @@ int cmd_eval(const std::vector<std::string>& argv) {
   Side model = open_side(mp, reg);
   const int V = model.desc.vocab;
 
+  // The reference is opened (not loaded) first, so that a missing or mismatched one fails at once.
+  std::unique_ptr<Side> ref;
+  if (ref_model) {
+    ref = std::make_unique<Side>(open_side(ref_profile(a, mp), reg));
+    check(ref->desc.vocab == V, "tandem eval: the reference '", ref->profile.load.path, "' has a vocabulary of ",
+          ref->desc.vocab, " tokens, the model '", mp.load.path, "' ", V, "; both must share one vocabulary");
+    if (a.flag("per-layer"))
+      check(ref->desc.layers.size() == model.desc.layers.size() && ref->desc.hidden == model.desc.hidden,
+            "tandem eval: --per-layer needs models of one shape: the reference has ", ref->desc.layers.size(),
+            " layers of ", ref->desc.hidden, ", the model ", model.desc.layers.size(), " of ", model.desc.hidden);
+  }
   // The reference file fixes the rows; flags given must agree with it.
   std::unique_ptr<LogprobReader> ref_file;
   int R = 8, N = 1024;
@@ -176,9 +187,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   check(tokens.size() >= size_t(N), "tandem eval: '", input, "' is ", tokens.size(), " tokens, shorter than one row of ",
         N, " (--row-tokens)");
   const int rows = int(std::min<size_t>(size_t(R), tokens.size() / size_t(N)));
-  if (rows < R)
-    std::fprintf(stderr, "note: '%s' holds %zu tokens: %d rows of %d instead of %d\n", input.c_str(), tokens.size(),
-                 rows, N, R);
+  const size_t tokens_in = tokens.size();
   tokens.resize(size_t(rows) * size_t(N));
   if (bos >= 0)
     for (int r = 0; r < rows; ++r) tokens[size_t(r) * size_t(N)] = bos;
@@ -192,22 +201,16 @@ int cmd_eval(const std::vector<std::string>& argv) {
             ", the reference '", a.str("ref-logits"), "' was made on ", ft[i],
             " (another text, tokenizer or row length)");
   }
+  if (rows < R)
+    std::fprintf(stderr, "note: '%s' holds %zu tokens: %d rows of %d instead of %d\n", input.c_str(), tokens_in, rows, N, R);
   // Positions p predict token p + 1; scored: p ≥ first (0, or N/2 as llama-perplexity).
   const int first = a.flag("score-second-half") ? N / 2 : 0;
   const LogprobHeader hdr{V, rows, N};
 
-  std::unique_ptr<Side> ref;
   std::unique_ptr<Model> ref_loaded;
   std::unique_ptr<RefStore> store;
   std::vector<float> logits, lp;
   if (ref_model) {
-    ref = std::make_unique<Side>(open_side(ref_profile(a, mp), reg));
-    check(ref->desc.vocab == V, "tandem eval: the reference '", ref->profile.load.path, "' has a vocabulary of ",
-          ref->desc.vocab, " tokens, the model '", mp.load.path, "' ", V, "; both must share one vocabulary");
-    if (a.flag("per-layer"))
-      check(ref->desc.layers.size() == model.desc.layers.size() && ref->desc.hidden == model.desc.hidden,
-            "tandem eval: --per-layer needs models of one shape: the reference has ", ref->desc.layers.size(),
-            " layers of ", ref->desc.hidden, ", the model ", model.desc.layers.size(), " of ", model.desc.hidden);
     Profile& rp = ref->profile;
     rp.load.progress = progress_printer("loading the reference");
     ref_loaded = Model::load(std::move(ref->checkpoint), ref->format, rp.load, reg);
