@@ -14,6 +14,7 @@
 #include "eval_logprobs.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
+#include "tandem/parallel.h"
 #include "tandem/registry.h"
 #include "tandem/text/text_codec.h"
 #include "tandem/weights.h"
@@ -55,7 +56,9 @@ void row_logprobs(Model& m, const std::vector<int32_t>& row, std::vector<float>&
   m.forward(*seq, row, ForwardMode::Prefill, logits, true);
   const int V = m.desc().vocab;
   out.resize((row.size() - 1) * size_t(V));
-  for (size_t p = 0; p + 1 < row.size(); ++p) log_softmax(logits.data() + p * size_t(V), V, out.data() + p * size_t(V));
+  parallel_for(int64_t(row.size()) - 1, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) log_softmax(logits.data() + size_t(p) * size_t(V), V, out.data() + size_t(p) * size_t(V));
+  });
 }
 
 // The residual stream after every layer of the last forward, [layers][n · hidden], on the host.
@@ -270,8 +273,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
           err_sq[size_t(l)] += d * d, ref_sq[size_t(l)] += x * x;
         }
     }
-    for (int p = first; p + 1 < N; ++p)
-      st.add(lp.data() + size_t(p) * size_t(V), ref_lp ? ref_lp + size_t(p) * size_t(V) : nullptr, V, row[size_t(p + 1)]);
+    st.add(lp.data() + size_t(first) * size_t(V), ref_lp ? ref_lp + size_t(first) * size_t(V) : nullptr, V,
+           row.data() + first + 1, N - 1 - first);
     bar(double(r + 1) / rows);
   }
   if (save) save->close();

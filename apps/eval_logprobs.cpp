@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tandem/error.h"
+#include "tandem/parallel.h"
 
 namespace tandem::cli {
 
@@ -128,21 +129,33 @@ const float* RefStore::get(int row) {
   return buf_.data();
 }
 
-void EvalStats::add(const float* model, const float* ref, int vocab, int32_t next) {
-  ++positions;
-  nll_model -= double(model[next]);
+void EvalStats::add(const float* model, const float* ref, int vocab, const int32_t* next, int count) {
+  const size_t V = size_t(vocab);
+  for (int i = 0; i < count; ++i) nll_model -= double(model[size_t(i) * V + size_t(next[i])]);
+  positions += count;
   if (!ref) return;
   has_ref = true;
-  nll_ref -= double(ref[next]);
-  double kl_here = 0;
-  for (int v = 0; v < vocab; ++v) {
-    const double lr = ref[v];
-    kl_here += std::exp(lr) * (lr - double(model[v]));
+  std::vector<double> kls(static_cast<size_t>(count));
+  std::vector<char> same(static_cast<size_t>(count));
+  parallel_for(count, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float *m = model + size_t(i) * V, *r = ref + size_t(i) * V;
+      double k = 0;
+      for (size_t v = 0; v < V; ++v) {
+        const double lr = r[v];
+        k += std::exp(lr) * (lr - double(m[v]));
+      }
+      kls[size_t(i)] = k;
+      same[size_t(i)] = argmax(m, vocab) == argmax(r, vocab);
+    }
+  });
+  for (int i = 0; i < count; ++i) {
+    nll_ref -= double(ref[size_t(i) * V + size_t(next[i])]);
+    kl += kls[size_t(i)];
+    kl_sq += kls[size_t(i)] * kls[size_t(i)];
+    kl_max = std::max(kl_max, kls[size_t(i)]);
+    top1_same += same[size_t(i)];
   }
-  kl += kl_here;
-  kl_sq += kl_here * kl_here;
-  kl_max = std::max(kl_max, kl_here);
-  top1_same += argmax(model, vocab) == argmax(ref, vocab);
 }
 
 double EvalStats::perplexity() const { return std::exp(nll_model / double(positions)); }

@@ -82,8 +82,10 @@ struct EvalStats {
   int64_t top1_same = 0;
   bool has_ref = false;
 
-  // One position: the model's and (optional) the reference's log-probabilities, and the next token.
-  void add(const float* model, const float* ref, int vocab, int32_t next);
+  // `count` consecutive positions: the model's and (optional, else nullptr) the reference's
+  // log-probabilities, [count, vocab], and each one's next token. The positions run on the worker
+  // pool; their sums are added in position order, so the totals do not depend on the thread count.
+  void add(const float* model, const float* ref, int vocab, const int32_t* next, int count);
   double perplexity() const;
   double ref_perplexity() const;
   double mean_kl() const;
