@@ -72,6 +72,15 @@ struct DecodeParts {
 TANDEM_API std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& options, PluginRegistry& registry,
                                                        std::string* format_name = nullptr);
 
+// One weight of `checkpoint` loaded alone, as the model loader groups it (the tensor named `name` and
+// those named `name.*`: an EXL3 linear's prefix, or a GGUF or safetensors tensor's full name), on
+// `backend` by the format of `registry` that claims the group best (its name into `format_name`).
+// Shapes are as stored (no TensorGroup::shape). Errors: nothing has that name or prefix (the message
+// lists the closest names); no format claims the group.
+TANDEM_API std::unique_ptr<QuantizedTensor> load_tensor(const Checkpoint& checkpoint, const std::string& name,
+                                                        PluginRegistry& registry, Backend& backend,
+                                                        std::string* format_name = nullptr);
+
 class TANDEM_API Model {
  public:
   static std::unique_ptr<Model> load(const LoadOptions& options, PluginRegistry& registry);
