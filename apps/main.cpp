@@ -7,6 +7,8 @@
 #include "cli.h"
 #include "cmd_bench.h"
 #include "cmd_convert.h"
+#include "cmd_eval.h"
+#include "cmd_inspect.h"
 #include "cmd_synth.h"
 #include "serve_command.h"
 #include "tandem/text/text_codec.h"
@@ -52,12 +54,6 @@ const cli::CommandSpec& logits_spec() {
   return spec;
 }
 
-const cli::CommandSpec& inspect_spec() {
-  static const cli::CommandSpec spec{"inspect", "Print the checkpoint's metadata and tensor table.",
-                                     cli::with_model_flags({}), "", ""};
-  return spec;
-}
-
 const cli::CommandSpec& plugins_spec() {
   static const cli::CommandSpec spec{"plugins", "List the loaded plugins and what they provide.",
                                      cli::with_verbose_flag({}), "", ""};
@@ -75,15 +71,6 @@ int cmd_plugins(const std::vector<std::string>& argv) {
     std::printf("%-11s %-14s %-6s %s\n", kinds[p.kind], p.name.c_str(), p.device.empty() ? "-" : p.device.c_str(),
                 p.file.c_str());
   for (const auto& s : reg.skipped()) std::printf("(skipped, cannot run here) %s\n", s.c_str());
-  return 0;
-}
-
-int cmd_inspect(const std::vector<std::string>& argv) {
-  cli::Args a(argv, inspect_spec());
-  Profile p = cli::resolve_profile(a);
-  PluginRegistry reg;
-  reg.load_default();
-  std::fputs(open_checkpoint(p.load, reg)->dump().c_str(), stdout);
   return 0;
 }
 
@@ -176,9 +163,9 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {generate_spec, cmd_generate},      {logits_spec, cmd_logits},       {inspect_spec, cmd_inspect},
+    {generate_spec, cmd_generate},      {logits_spec, cmd_logits},       {cli::inspect_spec, cli::cmd_inspect},
     {plugins_spec, cmd_plugins},        {cli::serve_spec, cli::cmd_serve}, {cli::synth_spec, cli::cmd_synth},
-    {cli::bench_spec, cli::cmd_bench},  {cli::convert_spec, cli::cmd_convert},
+    {cli::bench_spec, cli::cmd_bench},  {cli::convert_spec, cli::cmd_convert}, {cli::eval_spec, cli::cmd_eval},
 };
 
 // The command list, one line each, from the same specs as each command's --help.

@@ -110,8 +110,10 @@ struct Ffn {
   std::unique_ptr<QuantizedTensor> up, down;
   void run(Backend& be, MixerScratch& s, const Tensor& x, const Tensor& y) {
     Tensor h = s.ffn_mid.f32(be, x.rows, up->rows());
-    up->matmul(x, h);
-    be.relu2(h);
+    if (!up->matmul_fused(x, h, Epilogue::Relu2)) {  // relu² in the up matmul where the format can
+      up->matmul(x, h);
+      be.relu2(h);
+    }
     down->matmul(h, y);
   }
 };
@@ -158,14 +160,18 @@ class MoE : public Mixer {
   // The shared expert and the latent down-projection do not depend on the routing: they run on lanes
   // of their own (Backend::fork) beside the router, each in its own scratch slots, so that their
   // latency-bound matmuls overlap the routed chain instead of queuing behind it.
+  // With a latent fc2, the shared expert writes `out` itself and fc2 adds the routed part into it
+  // (fused into fc2 where the format can): one add kernel fewer on the layer's critical path. a + b is
+  // b + a in IEEE arithmetic, so the bits are those of routed + shared.
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
     const int64_t n = x.rows, k = d_.top_k;
     const int shared_lane = shared_.up ? 1 : 0, latent_lane = fc1_ ? 1 + shared_lane : 0;
+    const bool shared_into_out = shared_.up && fc2_;
     Lanes lanes(be_, 1 + (shared_.up ? 1 : 0) + (fc1_ ? 1 : 0));
     Tensor s;
     if (shared_.up) {
       lanes.to(shared_lane);
-      s = s_.moe_shared.f32(be_, n, hidden_);
+      s = shared_into_out ? out : s_.moe_shared.f32(be_, n, hidden_);
       shared_.run(be_, s_, x, s);
     }
     Tensor u = x;
@@ -183,14 +189,25 @@ class MoE : public Mixer {
     if (fc1_) lanes.wait(latent_lane);
 
     Tensor h = s_.moe_hidden.f32(be_, n * k, d_.width), eo = s_.moe_expert_out.f32(be_, n * k, u.cols);
-    up_->gather_matmul(u, id, int(k), h);
-    be_.relu2(h);
+    if (!up_->gather_matmul_fused(u, id, int(k), h, Epilogue::Relu2)) {
+      up_->gather_matmul(u, id, int(k), h);
+      be_.relu2(h);
+    }
     down_->gather_matmul(h, id, 1, eo);
     Tensor r = fc2_ ? s_.moe_sum.f32(be_, n, u.cols) : out;
     be_.moe_combine(eo, wts.f32(), int(k), r);
-    if (fc2_) fc2_->matmul(r, out);
+    if (shared_into_out) {
+      lanes.wait(shared_lane);  // out holds the shared expert's result
+      if (!fc2_->matmul_fused(r, out, Epilogue::Accumulate)) {
+        Tensor t = s_.moe_shared.f32(be_, n, hidden_);
+        fc2_->matmul(r, t);
+        be_.add(out, t, out);
+      }
+    } else if (fc2_) {
+      fc2_->matmul(r, out);
+    }
     lanes.join();
-    if (shared_.up) be_.add(out, s, out);
+    if (shared_.up && !shared_into_out) be_.add(out, s, out);
   }
   void commit(LayerState&, const ForwardInfo&, int) override {}
 

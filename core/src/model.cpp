@@ -51,6 +51,40 @@ class TensorIndex {
   std::vector<std::pair<std::string, const RawTensor*>> sorted_;
 };
 
+// The format whose probe_group scores highest; an error naming the group when none claims it.
+const WeightFormat& claim_group(const std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>>& formats,
+                                const TensorGroup& g, std::string* format_name = nullptr) {
+  int best = 0;
+  const WeightFormat* fmt = nullptr;
+  std::string names;
+  for (const auto& [fname, f] : formats) {
+    names += (names.empty() ? "" : ", ") + fname;
+    int s = f->probe_group(g);
+    if (s > best) {
+      best = s, fmt = f.get();
+      if (format_name) *format_name = fname;
+    }
+  }
+  if (!fmt) fail("no format plugin claims tensor group ", g.describe(), " (formats loaded: ", names, ")");
+  return *fmt;
+}
+
+// Edit distance, for naming the tensors closest to one that is not there.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 // Loads tensor groups through whichever format plugin claims them best.
 class GroupLoader {
  public:
@@ -66,19 +100,7 @@ class GroupLoader {
     return g;
   }
 
-  // The format whose probe_group scores highest; an error naming the group when none claims it.
-  const WeightFormat& claim(const TensorGroup& g) const {
-    int best = 0;
-    const WeightFormat* fmt = nullptr;
-    std::string names;
-    for (const auto& [fname, f] : formats_) {
-      names += (names.empty() ? "" : ", ") + fname;
-      int s = f->probe_group(g);
-      if (s > best) best = s, fmt = f.get();
-    }
-    if (!fmt) fail("no format plugin claims tensor group ", g.describe(), " (formats loaded: ", names, ")");
-    return *fmt;
-  }
+  const WeightFormat& claim(const TensorGroup& g) const { return claim_group(formats_, g); }
 
   std::unique_ptr<QuantizedTensor> load(const std::string& name, const std::vector<int64_t>& shape) {
     TensorGroup g = group(name);
@@ -308,6 +330,28 @@ std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& o, PluginRegistry
   return container->open(o.path);
 }
 
+std::unique_ptr<QuantizedTensor> load_tensor(const Checkpoint& checkpoint, const std::string& name,
+                                             PluginRegistry& reg, Backend& backend, std::string* format_name) {
+  TensorIndex index(checkpoint);
+  TensorGroup g = index.group(name);
+  if (g.members.empty()) {
+    // The closest names, and the groups they belong to (a name without its last ".part").
+    std::set<std::string> candidates;
+    for (const auto& t : checkpoint.tensors()) {
+      candidates.insert(t.name);
+      if (auto dot = t.name.rfind('.'); dot != std::string::npos) candidates.insert(t.name.substr(0, dot));
+    }
+    std::vector<std::pair<size_t, std::string>> ranked;
+    for (const auto& c : candidates) ranked.emplace_back(edit_distance(name, c), c);
+    std::sort(ranked.begin(), ranked.end());
+    std::string close;
+    for (size_t i = 0; i < ranked.size() && i < 5; ++i) close += (i ? ", " : "") + ranked[i].second;
+    fail(checkpoint.path(), ": no tensor '", name, "' and none named '", name, ".*' (", checkpoint.tensors().size(),
+         " tensors; closest: ", close.empty() ? "none" : close, ")");
+  }
+  return claim_group(reg.formats(backend.device()), g, format_name).load(g, backend);
+}
+
 std::unique_ptr<Model> Model::load(const LoadOptions& o, PluginRegistry& reg) {
   std::string format_name;
   auto checkpoint = open_checkpoint(o, reg, &format_name);
@@ -425,6 +469,20 @@ std::unique_ptr<Sequence> Model::new_sequence(int64_t max_tokens) const {
 
 void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, std::vector<float>& logits,
                     bool all_positions) {
+  const Tensor lg = queue_pass(seq, tokens, mode, all_positions);
+  logits.resize(size_t(lg.numel()));
+  backend_->download(logits.data(), lg.data, lg.nbytes());
+}
+
+void Model::forward_commit(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode,
+                           std::vector<float>& logits, bool all_positions) {
+  const Tensor lg = queue_pass(seq, tokens, mode, all_positions);
+  commit(seq, int(tokens.size()));
+  logits.resize(size_t(lg.numel()));
+  backend_->download(logits.data(), lg.data, lg.nbytes());
+}
+
+Tensor Model::queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions) {
   const int64_t n = int64_t(tokens.size());
   check(n > 0, "forward: no tokens");
   check(seq.pos + n <= seq.capacity, "forward: ", seq.pos, " + ", n, " tokens exceed the context window of ",
@@ -469,11 +527,10 @@ void Model::forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMo
   };
   if (mode == ForwardMode::Verify) im.run_verify(be, seq, int(n), all_positions, pass);
   else pass();
-  logits.resize(size_t(lg.numel()));
-  be.download(logits.data(), lg.data, lg.nbytes());
   im.tapped = std::move(taps);
   seq.pending = true;
   seq.last = info;
+  return lg;
 }
 
 void Model::set_forward_observer(std::function<void(int, const Tensor&)> observer) {

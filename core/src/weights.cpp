@@ -35,6 +35,30 @@ std::string TensorGroup::describe() const {
   return s + "}";
 }
 
+namespace {
+void check_matmul(const QuantizedTensor& w, const Tensor& x, const Tensor& y) {
+  // Plain ifs: check()'s arguments (shape strings) would be built on every call of this hot path.
+  if (w.shape().size() != 2)
+    fail("matmul: weight of type ", w.type_name(), " has shape ", shape_str(w.shape()), ", expected 2-D [out, in]");
+  if (x.dtype != DType::F32 || y.dtype != DType::F32)
+    fail("matmul: expected f32 activations, found ", dtype_name(x.dtype), " -> ", dtype_name(y.dtype));
+  if (x.cols != w.cols())
+    fail("matmul: input has ", x.cols, " columns, weight ", shape_str(w.shape()), " expects ", w.cols());
+  if (y.cols != w.rows() || y.rows != x.rows)
+    fail("matmul: output is [", y.rows, ", ", y.cols, "], expected [", x.rows, ", ", w.rows(), "]");
+}
+}  // namespace
+
+bool QuantizedTensor::matmul_fused(const Tensor& x, const Tensor& y, Epilogue ep) const {
+  check_matmul(*this, x, y);
+  if (x.rows == 0) return true;
+  if (ep == Epilogue::None) {
+    matmul_raw(x, y);
+    return true;
+  }
+  return matmul_fused_raw(x, y, ep);
+}
+
 void QuantizedTensor::matmul(const Tensor& x, const Tensor& y) const {
   // Plain ifs: check()'s arguments (shape strings) would be built on every call of this hot path.
   if (shape_.size() != 2)

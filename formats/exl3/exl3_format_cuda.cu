@@ -220,8 +220,17 @@ class Exl3CudaTensor final : public QuantizedTensor {
   }
 
  protected:
-  void matmul_raw(const Tensor& x, const Tensor& y) const override {
-    const kcuda::DeviceWeights w = device_weights();
+  void matmul_raw(const Tensor& x, const Tensor& y) const override { run(x, y, Epilogue::None); }
+  // Every path ends in one store per output (finish_output), which applies the epilogue.
+  bool matmul_fused_raw(const Tensor& x, const Tensor& y, Epilogue ep) const override {
+    run(x, y, ep);
+    return true;
+  }
+
+ private:
+  void run(const Tensor& x, const Tensor& y, Epilogue ep) const {
+    kcuda::DeviceWeights w = device_weights();
+    w.epilogue = int(ep);
     const size_t bytes = kcuda::matmul_workspace_bytes(w, x.rows), counters = kcuda::matmul_counters(w, x.rows);
     void* ws = nullptr;
     unsigned* ctr = nullptr;
@@ -233,7 +242,6 @@ class Exl3CudaTensor final : public QuantizedTensor {
     kcuda::launch_matmul(w, x.f32(), x.rows, y.f32(), s.get(), s.counters(), cuda::stream());
   }
 
- private:
   kcuda::DeviceWeights device_weights() const {
     return device_weights_of(l_, *trellis_, *suh_, *svh_, bias_.get(), 1);
   }
@@ -301,12 +309,22 @@ class Exl3CudaExperts final : public ExpertSet {
   size_t bytes() const override { return bytes_; }
 
   void gather_matmul(const Tensor& x, const int32_t* ids, int k, const Tensor& y) const override {
+    gather(x, ids, k, y, Epilogue::None);
+  }
+  bool gather_matmul_fused(const Tensor& x, const int32_t* ids, int k, const Tensor& y, Epilogue ep) const override {
+    gather(x, ids, k, y, ep);
+    return true;
+  }
+
+ private:
+  void gather(const Tensor& x, const int32_t* ids, int k, const Tensor& y, Epilogue ep) const {
     if (k < 1) fail("gather_matmul: experts '", first_.name, "' …: k must be positive, found ", k);
     check_f32_rows("gather_matmul", first_.name, x, x.rows, cols());
     check_f32_rows("gather_matmul", first_.name, y, x.rows * k, rows());
     if (y.rows == 0) return;
     if (!ids) fail("gather_matmul: experts '", first_.name, "' …: ids are null");
-    const kcuda::DeviceWeights w = device_weights();
+    kcuda::DeviceWeights w = device_weights();
+    w.epilogue = int(ep);
     const size_t bytes = kcuda::gather_workspace_bytes(w, y.rows, k), counters = kcuda::gather_counters(w, y.rows, k);
     void* ws = nullptr;
     unsigned* ctr = nullptr;
@@ -318,7 +336,6 @@ class Exl3CudaExperts final : public ExpertSet {
     kcuda::launch_gather_matmul(w, x.f32(), ids, k, y.rows, y.f32(), s.get(), s.counters(), cuda::stream());
   }
 
- private:
   kcuda::DeviceWeights device_weights() const {
     return device_weights_of(first_, *trellis_, *suh_, *svh_, bias_.get(), n_);
   }

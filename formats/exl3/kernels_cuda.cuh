@@ -57,8 +57,9 @@ __device__ __forceinline__ void fwht128(float (&v)[4], int lane) {
 
 // The last step of every matmul: a lane's 4 columns c0.. of one row, summed over the splits, go
 // through the output Hadamard (the warp's 128 columns), ×svh and + bias, trimmed to out_features.
+// The epilogue (DeviceWeights::epilogue) then applies the backend's relu2 or add arithmetic.
 __device__ __forceinline__ void finish_output(float (&v)[4], int lane, int64_t c0, const float* sv, const float* bi,
-                                              int64_t out_features, float* yr) {
+                                              int64_t out_features, float* yr, int epilogue) {
   fwht128(v, lane);
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
@@ -66,6 +67,12 @@ __device__ __forceinline__ void finish_output(float (&v)[4], int lane, int64_t c
     if (c >= out_features) continue;
     float o = v[m] * sv[c];
     if (bi) o += bi[c];
+    if (epilogue == 1) {
+      const float r = o < 0.0f ? 0.0f : o;  // NaN stays NaN, as in relu2
+      o = r * r;
+    } else if (epilogue == 2) {
+      o = yr[c] + o;
+    }
     yr[c] = o;
   }
 }
@@ -139,6 +146,7 @@ struct GemvArgs {
   const float* bias = nullptr;  // [E][out_features] or null
   int64_t out_features = 0;
   float* y = nullptr;           // [rows][out_features]
+  int epilogue = 0;             // DeviceWeights::epilogue
   int round_hb = 0;             // tensor-core GEMV: 128-blocks of staged input per round (tc_round_hb)
 };
 
@@ -265,7 +273,7 @@ __device__ __forceinline__ void finish_rows(const GemvArgs& a, const float (*zs)
         v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
       }
     }
-    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features);
+    finish_output(v, lane, c0, sv, bi, a.out_features, a.y + int64_t(row) * a.out_features, a.epilogue);
   }
 }
 

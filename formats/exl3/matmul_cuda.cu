@@ -79,6 +79,7 @@ struct OutArgs {
   const float* bias = nullptr;
   int64_t n = 0, out_features = 0;
   float* y = nullptr;
+  int epilogue = 0;  // DeviceWeights::epilogue
 };
 __global__ void rotate_out_kernel(const OutArgs a) {
   const int64_t blocks = a.width / kHad;
@@ -104,7 +105,7 @@ __global__ void rotate_out_kernel(const OutArgs a) {
     v[0] += z.x, v[1] += z.y, v[2] += z.z, v[3] += z.w;
   }
   finish_output(v, lane, c0, a.svh + int64_t(e) * a.n, a.bias ? a.bias + int64_t(e) * a.out_features : nullptr,
-                a.out_features, yr);
+                a.out_features, yr, a.epilogue);
 }
 
 // The prefill input: xh row r = H(x[r] zero-extended ⊙ suh) as fp16 hi + lo (natural order), each
@@ -402,7 +403,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     a.k = w.k, a.n = w.n;
     a.part = reinterpret_cast<float*>(ws), a.counters = counters;
     a.rows = int(rows), a.part_rows = int(rows);
-    a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y;
+    a.svh = w.svh, a.bias = w.bias, a.epilogue = w.epilogue, a.out_features = w.out_features, a.y = y;
     a.round_hb = std::min(tc_round_hb(pad, i8), p.tiles_per_split / 8);
     if (tc) launch_gemv_tc(a, w.K, w.cb, pad, i8, dim3(p.blocks_x, unsigned(p.splits), 1), stream);
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
@@ -426,7 +427,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     check_launch("exl3 gemm");
     OutArgs o;
     o.part = z, o.splits = 1, o.ldz = cols, o.width = cols, o.col0 = c0;
-    o.rows = rows, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features, o.y = y;
+    o.rows = rows, o.svh = w.svh, o.bias = w.bias, o.epilogue = w.epilogue, o.n = w.n, o.out_features = w.out_features, o.y = y;
     rotate_out(o, stream);
   }
 }
@@ -475,7 +476,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
       check_launch("exl3 gather gemm");
       OutArgs o;
       o.part = z, o.splits = 1, o.ldz = w.n, o.width = w.n, o.col0 = 0, o.rows = rc, o.ids = ids_c;
-      o.n_experts = w.n_experts, o.svh = w.svh, o.bias = w.bias, o.n = w.n, o.out_features = w.out_features;
+      o.n_experts = w.n_experts, o.svh = w.svh, o.bias = w.bias, o.epilogue = w.epilogue, o.n = w.n, o.out_features = w.out_features;
       o.y = y_c;
       rotate_out(o, stream);
       continue;
@@ -495,7 +496,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     a.k = w.k, a.n = w.n;
     a.part = reinterpret_cast<float*>(ws), a.counters = counters, a.part_rows = int(rc);
     a.ids = ids_c, a.n_experts = w.n_experts;
-    a.svh = w.svh, a.bias = w.bias, a.out_features = w.out_features, a.y = y_c;
+    a.svh = w.svh, a.bias = w.bias, a.epilogue = w.epilogue, a.out_features = w.out_features, a.y = y_c;
     launch_gemv(a, w.K, w.cb, 1, true, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), unsigned(rc)), p.smem, stream);
   }
 }

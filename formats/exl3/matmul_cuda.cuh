@@ -24,6 +24,7 @@ struct DeviceWeights {
   const float* svh = nullptr;         // [E][n]
   const float* bias = nullptr;        // [E][out_features] or null
   int n_experts = 1;
+  int epilogue = 0;                   // what is stored (weights.h Epilogue): value, relu(value)², y + value
 };
 
 // The GEMV of matmuls of ≤ 16 rows, from TANDEM_EXL3_GEMV (matmul_cuda.cu; an unknown value fails).

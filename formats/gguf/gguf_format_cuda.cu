@@ -181,7 +181,20 @@ class GgufCudaTensor final : public QuantizedTensor {
       launch_scale(y.f32(), x.rows * m, scale_);
       return;
     }
+    block_matmul(x, y, Epilogue::None);
+  }
+  // The block kernels store through the epilogue; the dense path (a separate scale kernel) does not.
+  bool matmul_fused_raw(const Tensor& x, const Tensor& y, Epilogue ep) const override {
+    if (kernels_.dense) return false;
+    block_matmul(x, y, ep);
+    return true;
+  }
+
+ private:
+  void block_matmul(const Tensor& x, const Tensor& y, Epilogue ep) const {
+    const int64_t m = rows(), k = cols();
     CudaMatmulArgs a;
+    a.epilogue = int(ep);
     a.w = data();
     a.m = m, a.k = k, a.row_bytes = row_bytes_;
     a.x = x.f32(), a.y = y.f32(), a.n = x.rows;
@@ -190,7 +203,6 @@ class GgufCudaTensor final : public QuantizedTensor {
     kernels_.ops->matmul(a, cuda::stream());
   }
 
- private:
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_->data()); }
   CudaRowsArgs rows_args(float* out) const {
     CudaRowsArgs a;
@@ -261,6 +273,16 @@ class GgufCudaExperts final : public ExpertSet {
   size_t bytes() const override { return per_ * size_t(n_); }
 
   void gather_matmul(const Tensor& x, const int32_t* ids, int k, const Tensor& y) const override {
+    gather(x, ids, k, y, Epilogue::None);
+  }
+  bool gather_matmul_fused(const Tensor& x, const int32_t* ids, int k, const Tensor& y, Epilogue ep) const override {
+    if (kernels_.dense) return false;  // the dense gather scales in a kernel of its own
+    gather(x, ids, k, y, ep);
+    return true;
+  }
+
+ private:
+  void gather(const Tensor& x, const int32_t* ids, int k, const Tensor& y, Epilogue ep) const {
     if (k < 1) fail("gather_matmul: experts '", name_, "' …: k must be positive, found ", k);
     check_f32_rows("gather_matmul", name_, x, x.rows, k_);
     check_f32_rows("gather_matmul", name_, y, x.rows * k, m_);
@@ -286,10 +308,10 @@ class GgufCudaExperts final : public ExpertSet {
     a.ids = ids, a.per_x = k, a.n_experts = n_;
     a.expert_bytes = int64_t(per_);
     a.expert_scale = es;
+    a.epilogue = int(ep);
     kernels_.ops->gather(a, cuda::stream());
   }
 
- private:
   std::string name_;
   const QuantType* type_ = nullptr;
   Kernels kernels_;

@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(CudaMatmulArgs p, int64_
 #pragma unroll
           for (int i = 0; i < R; ++i) {
             const float s = cuda::warp_sum(acc[r][i]);
-            if (lane == 0 && o0 + i < p.m) y[r * p.m + o0 + i] = s * scale;
+            if (lane == 0 && o0 + i < p.m) store_out(y + r * p.m + o0 + i, s * scale, p.epilogue);
           }
         }
       }

@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
         for (int w = 1; w < W; ++w) v += part[(w * 32 + lane) * 8 + i];
         const int col = 8 * nt + 2 * q + (i & 1);
         const int64_t row = o0 + g + 8 * ((i >> 1) & 1);
-        if (col < nr && row < p.m) y[int64_t(col) * p.m + row] = v * p.scale;
+        if (col < nr && row < p.m) store_out(y + int64_t(col) * p.m + row, v * p.scale, p.epilogue);
       }
     }
   }

@@ -27,7 +27,20 @@ struct CudaMatmulArgs {
   int per_x = 1, n_experts = 0;
   int64_t expert_bytes = 0;
   const float* expert_scale = nullptr;
+  // What is stored (weights.h Epilogue): 0 the value, 1 relu(value)², 2 y + value.
+  int epilogue = 0;
 };
+
+// The epilogue's store of one output (the exact arithmetic of the backend's relu2 and add kernels).
+__device__ __forceinline__ void store_out(float* y, float v, int epilogue) {
+  if (epilogue == 1) {
+    const float r = v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in relu2
+    v = r * r;
+  } else if (epilogue == 2) {
+    v = *y + v;
+  }
+  *y = v;
+}
 
 // out[i] = dequantized row of W (exactly the CPU kernels' values), for rows row0 .. row0+n−1 or, when
 // by_id, for rows ids[0..n) (host ids carried in the launch, so a captured graph keeps them).

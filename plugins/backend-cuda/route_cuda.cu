@@ -218,6 +218,59 @@ __global__ void __launch_bounds__(32 * kRouteWarps) route_warp_kernel(const floa
   }
 }
 
+// Ungrouped routing of wide layers (E > 64), one block per token: the E selection keys as 64-bit
+// words (order-preserving key bits above, the complement of the id below, so that a larger word is a
+// larger key or, on equal keys, a lower id) sorted descending by a bitonic network in shared memory;
+// the first top_k words are the CPU's selection in its slot order. log2(N)·(log2(N)+1)/2 stages of one
+// compare-exchange per thread and a barrier: ~45 short stages for 512, where the warp kernel's bit
+// search is 16 dependent rounds of three warp-wide counts on one warp of the block. Weights are
+// summed in slot order by each slot's thread, as in the warp kernel and on the CPU.
+template <int N>
+__global__ void __launch_bounds__(N / 2) route_sort_kernel(const float* logits, const float* bias, int E, int top_k,
+                                                           bool norm, float scaling, int64_t rows, int32_t* ids,
+                                                           float* weights) {
+  __shared__ unsigned long long key[N];
+  __shared__ float sig[N];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  if (r >= rows) return;
+  const float* lr = logits + r * E;
+  for (int j = threadIdx.x; j < N; j += N / 2) {
+    unsigned long long k = 0;  // padding: below every expert (whose key bits are ≥ 0x007FFFFF)
+    if (j < E) {
+      const float sj = 1.0f / (1.0f + expf(-lr[j]));
+      sig[j] = sj;
+      k = (static_cast<unsigned long long>(ordered_bits(rank_key(bias ? sj + bias[j] : sj))) << 32) |
+          (0xFFFFFFFFu - static_cast<uint32_t>(j));
+    }
+    key[j] = k;
+  }
+#pragma unroll 1
+  for (int size = 2; size <= N; size <<= 1) {
+#pragma unroll 1
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      const int t = threadIdx.x;
+      const int i = 2 * t - (t & (stride - 1)), j = i + stride;
+      const bool desc = (i & size) == 0;
+      const unsigned long long a = key[i], b = key[j];
+      if ((a < b) == desc) key[i] = b, key[j] = a;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < top_k) {
+    float sum = 0.0f;
+    for (int q = 0; q < top_k; ++q) sum += sig[0xFFFFFFFFu - static_cast<uint32_t>(key[q])];
+    const int id = int(0xFFFFFFFFu - static_cast<uint32_t>(key[threadIdx.x]));
+    float wt = sig[id];
+    if (norm) wt /= sum + 1e-20f;
+    wt *= scaling;
+    ids[r * top_k + threadIdx.x] = id;
+    weights[r * top_k + threadIdx.x] = wt;
+  }
+}
+
 }  // namespace
 
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
@@ -230,11 +283,18 @@ void launch_moe_route(const float* logits, const float* bias, const RouteParams&
       launch(kernel, dim3(blocks), dim3(32 * kRouteWarps), 0, stream, "moe_route", logits, bias, p.n_experts, p.top_k,
              p.norm_topk_prob, p.scaling, rows, ids, weights);
     };
-    if (epl <= 1) go(route_warp_kernel<1>);
-    else if (epl <= 2) go(route_warp_kernel<2>);
-    else if (epl <= 4) go(route_warp_kernel<4>);
-    else if (epl <= 8) go(route_warp_kernel<8>);
-    else go(route_warp_kernel<16>);
+    if (epl <= 2) {
+      if (epl <= 1) go(route_warp_kernel<1>);
+      else go(route_warp_kernel<2>);
+      return;
+    }
+    auto sort = [&](auto kernel, int n) {
+      launch(kernel, dim3(unsigned(rows)), dim3(unsigned(n / 2)), 0, stream, "moe_route", logits, bias, p.n_experts,
+             p.top_k, p.norm_topk_prob, p.scaling, rows, ids, weights);
+    };
+    if (p.n_experts <= 128) sort(route_sort_kernel<128>, 128);
+    else if (p.n_experts <= 256) sort(route_sort_kernel<256>, 256);
+    else sort(route_sort_kernel<512>, 512);
     return;
   }
   const size_t smem = size_t(2 * p.n_experts + p.n_group) * sizeof(float) + size_t(p.n_experts + p.n_group);

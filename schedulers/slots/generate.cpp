@@ -39,16 +39,14 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
     const int64_t pos0 = seq_->pos;
     const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
-    model_.forward(*seq_, part, ForwardMode::Prefill, logits_, false);
-    model_.commit(*seq_, int(n));
+    model_.forward_commit(*seq_, part, ForwardMode::Prefill, logits_, false);
     if (drafted_) drafted_->prefilled(pos0, n);
     prefilled_ += n;
     if (prefilling()) return true;
     if (max_tokens == 0) return !(ended_ = true);
   } else {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
-    model_.forward(*seq_, {last_}, ForwardMode::Verify, logits_, false);
-    model_.commit(*seq_, 1);
+    model_.forward_commit(*seq_, {last_}, ForwardMode::Verify, logits_, false);
   }
   ++steps_;
   int32_t tok = 0;

@@ -158,7 +158,9 @@ TEST(Cli, EveryCommandHasHelp) {
   const std::map<std::string, std::vector<std::string>> commands = {
       {"generate", {"--prompt TEXT", "--tokens FILE", "--max-tokens N", "--draft", "--config", "--model PATH"}},
       {"logits", {"--tokens FILE", "--out FILE.npy", "--model PATH"}},
-      {"inspect", {"--config", "--model PATH"}},
+      {"inspect", {"--config", "--model PATH", "--tensor NAME", "--dequantize OUT.npy"}},
+      {"eval", {"--text FILE", "--tokens FILE", "--rows R", "--row-tokens N", "--ref-config", "--ref-model PATH",
+                "--ref-logits FILE", "--save-logits FILE", "--score-second-half", "--per-layer", "--json FILE"}},
       {"plugins", {"--verbose"}},
       {"serve", {"--host", "--port N", "--api-key", "--slots N", "--drain-timeout S", "--model PATH"}},
       {"synth", {"--shape", "--mix", "--out PATH", "--dry-run"}},

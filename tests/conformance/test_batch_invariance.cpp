@@ -105,6 +105,27 @@ TEST_P(BatchInvariance, EveryCommitLengthContinuesExactly) {
   }
 }
 
+// forward_commit (the plain decode loop's call) is forward then commit: the same logits and state.
+TEST_P(BatchInvariance, ForwardCommitEqualsForwardThenCommit) {
+  Fixture& f = fixture(GetParam());
+  Model& m = *f.model;
+  auto a = m.new_sequence(128), b = m.new_sequence(128);
+  std::vector<float> la, lb;
+  m.forward(*a, f.prompt, ForwardMode::Prefill, la, false);
+  m.commit(*a, int(f.prompt.size()));
+  m.forward_commit(*b, f.prompt, ForwardMode::Prefill, lb, false);
+  EXPECT_TRUE(same_bits(la, lb)) << "prefill";
+  EXPECT_EQ(b->pos, a->pos);
+  for (size_t i = 0; i < f.cont.size(); ++i) {
+    m.forward(*a, {f.cont[i]}, ForwardMode::Verify, la, false);
+    m.commit(*a, 1);
+    m.forward_commit(*b, {f.cont[i]}, ForwardMode::Verify, lb, false);
+    EXPECT_TRUE(same_bits(la, lb)) << "step " << i;
+    EXPECT_EQ(b->pos, a->pos);
+  }
+  EXPECT_THROW(m.commit(*b, 1), Error) << "forward_commit leaves nothing pending";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::Values("latent", "nolatent"));
 
 TEST(Commit, RulesAreEnforced) {

@@ -72,6 +72,15 @@ struct DecodeParts {
 TANDEM_API std::unique_ptr<Checkpoint> open_checkpoint(const LoadOptions& options, PluginRegistry& registry,
                                                        std::string* format_name = nullptr);
 
+// One weight of `checkpoint` loaded alone, as the model loader groups it (the tensor named `name` and
+// those named `name.*`: an EXL3 linear's prefix, or a GGUF or safetensors tensor's full name), on
+// `backend` by the format of `registry` that claims the group best (its name into `format_name`).
+// Shapes are as stored (no TensorGroup::shape). Errors: nothing has that name or prefix (the message
+// lists the closest names); no format claims the group.
+TANDEM_API std::unique_ptr<QuantizedTensor> load_tensor(const Checkpoint& checkpoint, const std::string& name,
+                                                        PluginRegistry& registry, Backend& backend,
+                                                        std::string* format_name = nullptr);
+
 class TANDEM_API Model {
  public:
   static std::unique_ptr<Model> load(const LoadOptions& options, PluginRegistry& registry);
@@ -99,6 +108,11 @@ class TANDEM_API Model {
   // ([n, vocab]) or of the last one only ([vocab]). The state stays as committed until commit().
   void forward(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode,
                std::vector<float>& logits, bool all_positions);
+  // forward() then commit() of every token, with the commit's work queued behind the pass before the
+  // logits are read back, so the host queues it while the device runs the pass (prefill, and plain
+  // decode, where nothing is rejected). The same results as forward() followed by commit(seq, n).
+  void forward_commit(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode,
+                      std::vector<float>& logits, bool all_positions);
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
   // Optional (benchmarks, tests): called from forward() with -1 after the embedding, i after layer i
@@ -140,6 +154,8 @@ class TANDEM_API Model {
 
  private:
   Model();
+  // forward() up to the logits: queues the pass and returns the device logits tensor.
+  Tensor queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   ModelDesc desc_;

@@ -16,8 +16,10 @@ extern "C" {
 /* Bump on any change to this header or to the C++ interfaces in core/include/tandem that objects
  * returned by `create` implement (backend.h, weights.h, layer.h, tensor.h, speculator.h, writer.h,
  * converter.h). 6 (2026-12-01): writer and converter kinds; Backend::copy, graphs_off_reason,
- * is_host; LayerFactory::kind; Speculator taps. */
-#define TANDEM_PLUGIN_ABI_VERSION 6u
+ * is_host; LayerFactory::kind; Speculator taps. 7 (2026-12-01): Backend lanes (fork, lane,
+ * wait_lane, join), Graph node counts, fused matmul epilogues (QuantizedTensor::matmul_fused_raw,
+ * ExpertSet::gather_matmul_fused). */
+#define TANDEM_PLUGIN_ABI_VERSION 7u
 
 enum tandem_kind {
   TANDEM_KIND_BACKEND = 1,    /* object: tandem::Backend */

@@ -63,6 +63,11 @@ struct TensorGroup {
   std::vector<int64_t> shape;
 };
 
+// What a fused matmul does with each result v = (x · Wᵀ)[r, o] before it is stored: store it (None),
+// store relu(v)² (Relu2, the MLP and expert activation), or add it to what y holds (Accumulate, a
+// residual or a second branch). The same values as the matmul followed by Backend::relu2 or add.
+enum class Epilogue { None, Relu2, Accumulate };
+
 // A weight loaded for one device. Shapes are PyTorch order: [out, in] for a linear, [n] for a vector.
 class QuantizedTensor {
  public:
@@ -76,6 +81,10 @@ class QuantizedTensor {
   // y[n, out] = x[n, in] · Wᵀ. x, y f32 on the tensor's device. Validates shapes, then runs
   // matmul_raw. Row i of y depends only on row i of x (batch invariance).
   TANDEM_API void matmul(const Tensor& x, const Tensor& y) const;
+  // matmul with `ep` applied in the same kernel, when this weight's format fuses it: returns true when
+  // done, false (having queued nothing) when the caller must run matmul and the backend op itself.
+  // Validates like matmul. A weight gives the same bits fused or not.
+  TANDEM_API bool matmul_fused(const Tensor& x, const Tensor& y, Epilogue ep) const;
   // Rows `ids` of a 2-D weight as f32 [n, cols] (embedding lookup).
   virtual void get_rows(const int32_t* ids, int n, const Tensor& out) const;
   // The whole tensor as f32, host memory, row-major (tests, norms and other small vectors).
@@ -83,6 +92,11 @@ class QuantizedTensor {
 
  protected:
   virtual void matmul_raw(const Tensor& x, const Tensor& y) const = 0;
+  // Default: not fused (false). Called with validated shapes, x.rows > 0 and ep != None.
+  virtual bool matmul_fused_raw(const Tensor& x, const Tensor& y, Epilogue ep) const {
+    (void)x, (void)y, (void)ep;
+    return false;
+  }
   std::vector<int64_t> shape_;
 };
 
@@ -100,6 +114,12 @@ class ExpertSet {
   virtual std::string type_name() const = 0;
   virtual size_t bytes() const = 0;  // all experts
   virtual void gather_matmul(const Tensor& x, const int32_t* ids, int k, const Tensor& y) const = 0;
+  // gather_matmul with `ep` in the same kernel (as QuantizedTensor::matmul_fused): true when done,
+  // false (nothing queued) when the caller runs gather_matmul and the backend op. Default: false.
+  virtual bool gather_matmul_fused(const Tensor& x, const int32_t* ids, int k, const Tensor& y, Epilogue ep) const {
+    (void)x, (void)ids, (void)k, (void)y, (void)ep;
+    return false;
+  }
 };
 
 class WeightFormat {

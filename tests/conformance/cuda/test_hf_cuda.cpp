@@ -203,4 +203,18 @@ TEST_P(CudaBatchInvariance, EveryCommitLengthContinuesExactly) {
   }
 }
 
+// forward_commit queues the commit behind the pass (recorded verify graphs included): same bits.
+TEST_P(CudaBatchInvariance, ForwardCommitEqualsForwardThenCommit) {
+  Model& m = model(GetParam(), "cuda");
+  auto a = prefilled(m), b = prefilled(m);
+  std::vector<float> la, lb;
+  for (size_t i = 0; i < cont.size(); ++i) {
+    m.forward(*a, {cont[i]}, ForwardMode::Verify, la, false);
+    m.commit(*a, 1);
+    m.forward_commit(*b, {cont[i]}, ForwardMode::Verify, lb, false);
+    EXPECT_TRUE(same_bits(la, lb)) << "step " << i;
+    EXPECT_EQ(b->pos, a->pos);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaBatchInvariance, ::testing::Values("latent", "nolatent"));

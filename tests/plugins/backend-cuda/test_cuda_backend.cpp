@@ -168,7 +168,11 @@ TEST_F(CudaBackendTest, RouteMatchesCpu) {
                              // Bolt's layer sizes (9 of 240 … 496) and the edges of the warp kernel.
                              {496, 9, 1, 1, true, true, 2.5f},  {240, 9, 1, 1, true, true, 2.5f},
                              {300, 32, 1, 1, false, true, 1.0f}, {33, 1, 1, 1, true, false, 1.0f},
-                             {32, 32, 1, 1, false, true, 1.0f}};
+                             {32, 32, 1, 1, false, true, 1.0f},
+                             // The sort kernel's sizes (E > 64): Bolt --uniform's 346, padding edges.
+                             {65, 9, 1, 1, true, true, 2.5f},   {128, 9, 1, 1, true, true, 2.5f},
+                             {129, 32, 1, 1, false, true, 1.0f}, {256, 9, 1, 1, true, false, 2.5f},
+                             {346, 9, 1, 1, true, true, 2.5f}};
   double worst = 0;
   uint64_t seed = 100;
   for (const RouteCase& c : cases) {

@@ -253,6 +253,68 @@ TEST_P(Exl3Cuda, GatherMatmulMatchesPerExpertReferenceAndIsBatchInvariantPerRow)
               worst, kTol);
 }
 
+// The fused epilogues (weights.h Epilogue) give the bits of the matmul followed by the backend's relu2
+// or add: the decode and verify GEMVs (one and several splits, with a bias), the prefill GEMM (150
+// rows), and the gather (its GEMV and, at 300 rows, its grouped GEMM).
+TEST_P(Exl3Cuda, FusedEpiloguesEqualTheSeparateOps) {
+  const int K = GetParam();
+  for (const Case& c : {kCases[1], kCases[3]}) {
+    GroupBuilder b;
+    RandomLinear lin(c.k, c.n, K, 2, uint64_t(500 * K + c.k), 1.0 / std::sqrt(double(c.k)));
+    if (c.bias) lin.add_bias(c.out, 3);
+    lin.store(b, "w");
+    auto gpu = load_exl3_cuda(b.group("w", {c.out, c.in}), *be);
+    for (int64_t n : {1, 5, 16, 150}) {
+      const std::string what = "K " + std::to_string(K) + " [" + std::to_string(c.out) + ", " +
+                               std::to_string(c.in) + "] n " + std::to_string(n);
+      auto x = random_vec(size_t(n * c.in), uint64_t(n + K), -1.f, 1.f);
+      auto base = random_vec(size_t(n * c.out), uint64_t(n + 2 * K), -2.f, 2.f);
+      Dev dx = upload(*be, x);
+      const Tensor tx = Tensor::f32(dx.p(), n, c.in);
+      Dev ref = poisoned(*be, size_t(n * c.out)), fused = poisoned(*be, size_t(n * c.out));
+      const Tensor tref = Tensor::f32(ref.p(), n, c.out);
+      gpu->matmul(tx, tref);
+      ASSERT_TRUE(gpu->matmul_fused(tx, Tensor::f32(fused.p(), n, c.out), Epilogue::Relu2)) << what;
+      Dev want = upload(*be, download(*be, ref));
+      be->relu2(Tensor::f32(want.p(), n, c.out));
+      auto w = download(*be, want), g = download(*be, fused);
+      EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << what << " relu2";
+      Dev acc = upload(*be, base), sum = upload(*be, base);
+      ASSERT_TRUE(gpu->matmul_fused(tx, Tensor::f32(acc.p(), n, c.out), Epilogue::Accumulate)) << what;
+      be->add(Tensor::f32(sum.p(), n, c.out), tref, Tensor::f32(sum.p(), n, c.out));
+      w = download(*be, sum), g = download(*be, acc);
+      EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << what << " accumulate";
+    }
+  }
+  const Case c = kCases[1];
+  GroupBuilder b;
+  std::vector<TensorGroup> groups;
+  for (int e = 0; e < 4; ++e) {
+    RandomLinear lin(c.k, c.n, K, 2, uint64_t(900 * K + e), 1.0 / std::sqrt(double(c.k)));
+    lin.store(b, "experts." + std::to_string(e));
+  }
+  for (int e = 0; e < 4; ++e) groups.push_back(b.group("experts." + std::to_string(e), {c.out, c.in}));
+  auto set = load_exl3_experts_cuda(groups, *be);
+  for (int64_t nx : {3, 100}) {
+    const int per_x = 3;
+    const int64_t rows = nx * per_x;
+    auto x = random_vec(size_t(nx * c.in), uint64_t(nx * K), -1.f, 1.f);
+    std::vector<int32_t> ids;
+    for (int64_t r = 0; r < rows; ++r) ids.push_back(int32_t((r * 5 + 1) % 4));
+    Dev dx = upload(*be, x);
+    auto dids = be->alloc(ids.size() * 4);
+    be->upload(dids->data(), ids.data(), ids.size() * 4);
+    const int32_t* id = static_cast<int32_t*>(dids->data());
+    Dev ref = poisoned(*be, size_t(rows * c.out)), fused = poisoned(*be, size_t(rows * c.out));
+    set->gather_matmul(Tensor::f32(dx.p(), nx, c.in), id, per_x, Tensor::f32(ref.p(), rows, c.out));
+    ASSERT_TRUE(set->gather_matmul_fused(Tensor::f32(dx.p(), nx, c.in), id, per_x, Tensor::f32(fused.p(), rows, c.out),
+                                         Epilogue::Relu2));
+    be->relu2(Tensor::f32(ref.p(), rows, c.out));
+    const auto w = download(*be, ref), g = download(*be, fused);
+    EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << "K " << K << " gather rows " << rows;
+  }
+}
+
 // More rows than a verify pass has (16 tokens × 32 experts): the grouped prefill GEMM, every row
 // against its expert's CPU reference (exact products: the fp32 tolerance), experts with 0, a few and
 // more than 64 rows (several row groups), an out-of-range id's row NaN, and both gather forms.

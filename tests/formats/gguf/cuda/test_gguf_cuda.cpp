@@ -267,6 +267,73 @@ TEST_P(GgufCuda, GatherMatmulMatchesPerExpertCpu) {
 // groups of its item. Every row keeps the bits of small gathers (one row group per block), for an x
 // held whole and one streamed in chunks, with a partial last row group (200 rows: 7 groups of 32, in
 // 2 blocks of 4 and 3) and ids out of range, whose rows become NaN.
+// The fused epilogues (weights.h Epilogue) give the bits of the matmul followed by the backend's
+// relu2 or add, for every row count of decode, verify and prefill slabs, and for the gather; the
+// dense types decline (their scale runs in a kernel of its own) and the caller runs the ops.
+TEST_P(GgufCuda, FusedEpiloguesEqualTheSeparateOps) {
+  const std::string type = GetParam();
+  const QuantType& qt = *find_type(type);
+  const bool dense = qt.block_elems == 1;
+  const Shape s = shapes_for(type)[1];
+  uint64_t seed = 7100 + std::hash<std::string>()(type) % 1000;
+  Stored st = make_stored(type, s.m, s.k, seed++);
+  auto gpu = load_gguf_cuda(st.raw(), qt, nullptr, *be);
+  for (int64_t n : {1, 3, 8, 20}) {
+    auto x = random_vec(size_t(n * s.k), seed++, -2.f, 2.f);
+    auto base = random_vec(size_t(n * s.m), seed++, -3.f, 3.f);
+    Dev dx = upload(*be, x);
+    const Tensor tx = Tensor::f32(dx.p(), n, s.k);
+    Dev ref = poisoned(*be, size_t(n * s.m));
+    const Tensor tref = Tensor::f32(ref.p(), n, s.m);
+    gpu->matmul(tx, tref);
+    // relu²
+    Dev fused = poisoned(*be, size_t(n * s.m));
+    const bool did = gpu->matmul_fused(tx, Tensor::f32(fused.p(), n, s.m), Epilogue::Relu2);
+    EXPECT_EQ(did, !dense) << type;
+    if (did) {
+      Dev want = upload(*be, download(*be, ref));
+      be->relu2(Tensor::f32(want.p(), n, s.m));
+      const auto w = download(*be, want), g = download(*be, fused);
+      EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << type << " relu2 n " << n;
+    }
+    // y += x·Wᵀ
+    Dev acc = upload(*be, base);
+    const bool did_acc = gpu->matmul_fused(tx, Tensor::f32(acc.p(), n, s.m), Epilogue::Accumulate);
+    EXPECT_EQ(did_acc, !dense) << type;
+    if (did_acc) {
+      Dev want = upload(*be, base);
+      be->add(Tensor::f32(want.p(), n, s.m), tref, Tensor::f32(want.p(), n, s.m));
+      const auto w = download(*be, want), g = download(*be, acc);
+      EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << type << " accumulate n " << n;
+    }
+  }
+  // The gather with relu²: 3 experts, 4 tokens × 3 slots.
+  std::vector<Stored> parts;
+  std::vector<RawTensor> raws;
+  for (int e = 0; e < 3; ++e) parts.push_back(make_stored(type, s.m, s.k, seed++, "experts." + std::to_string(e) + ".w"));
+  for (auto& pt : parts) raws.push_back(pt.raw());
+  std::vector<const RawTensor*> ex{&raws[0], &raws[1], &raws[2]}, scs{nullptr, nullptr, nullptr};
+  auto set = load_gguf_experts_cuda(ex, scs, *be);
+  const int64_t nx = 4, per_x = 3, rows = nx * per_x;
+  auto x = random_vec(size_t(nx * s.k), seed++, -2.f, 2.f);
+  std::vector<int32_t> ids;
+  for (int64_t r = 0; r < rows; ++r) ids.push_back(int32_t((r * 7 + 1) % 3));
+  Dev dx = upload(*be, x);
+  auto dids = be->alloc(ids.size() * 4);
+  be->upload(dids->data(), ids.data(), ids.size() * 4);
+  const int32_t* id = static_cast<int32_t*>(dids->data());
+  Dev ref = poisoned(*be, size_t(rows * s.m)), fused = poisoned(*be, size_t(rows * s.m));
+  set->gather_matmul(Tensor::f32(dx.p(), nx, s.k), id, int(per_x), Tensor::f32(ref.p(), rows, s.m));
+  const bool did = set->gather_matmul_fused(Tensor::f32(dx.p(), nx, s.k), id, int(per_x),
+                                            Tensor::f32(fused.p(), rows, s.m), Epilogue::Relu2);
+  EXPECT_EQ(did, !dense) << type;
+  if (did) {
+    be->relu2(Tensor::f32(ref.p(), rows, s.m));
+    const auto w = download(*be, ref), g = download(*be, fused);
+    EXPECT_TRUE(same_bits(g.data(), w.data(), w.size())) << type << " gather relu2";
+  }
+}
+
 TEST_P(GgufCuda, ManyItemGatherKeepsTheBitsOfSmallGathers) {
   const std::string type = GetParam();
   const QuantType& qt = *find_type(type);
