@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 [ -d "${LIBS:-.dev/libs}" ] && export LD_LIBRARY_PATH=$PWD/${LIBS:-.dev/libs}:${LD_LIBRARY_PATH:-}
 export TANDEM_TEST_DATA_DIR=$PWD/tests/fixtures TANDEM_REQUIRE_GPU=1
 tests="test_cuda_backend test_exl3_cuda test_gguf_cuda test_conformance_cuda test_speculate_cuda test_graphs_cuda
-       test_mamba2_cuda test_safetensors_cuda test_taps_cuda"
+       test_mamba2_cuda test_safetensors_cuda test_taps_cuda test_nvfp4_cuda test_mlx_cuda"
 case "${1:-}" in
   tests)
     b=$2
