@@ -75,7 +75,7 @@ Value Value::number(double f) {
 Value Value::string(std::string s) {
   if (current_budget) {
     check_string_size(s.size(), "a string");
-    RenderBudget::spend(s.size());
+    RenderBudget::spend(s.size() / kBytesPerUnit);
   }
   Value v;
   v.kind_ = Kind::string;
