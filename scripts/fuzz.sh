@@ -8,7 +8,7 @@
 #                              # build-fuzz/fuzz-corpus/<name>, crashes in build-fuzz/fuzz-artifacts/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo 'int LLVMFuzzerTestOneInput(const char*, long) { return 0; }' > /tmp/tandem-fuzz-probe.$$.cpp
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > /tmp/tandem-fuzz-probe.$$.cpp
 if ! clang++ -fsanitize=fuzzer,address,undefined /tmp/tandem-fuzz-probe.$$.cpp -o /tmp/tandem-fuzz-probe.$$ 2>/dev/null; then
   rm -f /tmp/tandem-fuzz-probe.$$*
   echo "fuzz: clang++ with libFuzzer is missing: install clang and libclang-rt-<version>-dev (TANDEM_FUZZ=1 scripts/setup.sh does)" >&2
