@@ -33,5 +33,5 @@ for n in $names; do
     -artifact_prefix="build-fuzz/fuzz-artifacts/$n-" "build-fuzz/fuzz-corpus/$n" "tests/fuzz/corpus/$n" \
     2> "build-fuzz/fuzz-$n.log" || { tail -40 "build-fuzz/fuzz-$n.log" >&2; exit 1; }
   grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|stat::new_units_added)' "build-fuzz/fuzz-$n.log" || true
-  grep -E '#[0-9]+ +DONE' "build-fuzz/fuzz-$n.log" | tail -1 || true
+  grep -E '#[0-9]+[[:space:]]+DONE' "build-fuzz/fuzz-$n.log" | tail -1 || true
 done
