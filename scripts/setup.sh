@@ -12,6 +12,9 @@ packages=(
 )
 # Node.js runs the llama.cpp oracle of the GGUF tests (tests/oracle); a newer node already on PATH is kept.
 command -v node >/dev/null || packages+=(nodejs npm)
+# TANDEM_FUZZ=1: also clang with libFuzzer and the sanitizer runtimes (Debian ships them in
+# libclang-rt-<version>-dev, which clang only recommends), and the fuzz build in build-fuzz/.
+if [[ ${TANDEM_FUZZ:-0} == 1 ]]; then packages+=(clang); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,6 +25,16 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ ${TANDEM_FUZZ:-0} == 1 ]]; then
+  clang_major=$(clang++ -dumpversion | cut -d. -f1)
+  if ! dpkg-query -W -f='${Status}' "libclang-rt-$clang_major-dev" 2>/dev/null | grep -q "install ok installed"; then
+    sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    echo "setup: installing libclang-rt-$clang_major-dev"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "libclang-rt-$clang_major-dev"
+  fi
 fi
 
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
@@ -44,3 +57,7 @@ build_type=${TANDEM_BUILD_TYPE:-Release}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${TANDEM_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"
 echo "setup: built build/bin/tandem"
+if [[ ${TANDEM_FUZZ:-0} == 1 ]]; then
+  scripts/fuzz.sh --build-only
+  echo "setup: built the fuzz targets in build-fuzz/bin"
+fi

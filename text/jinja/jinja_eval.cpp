@@ -43,6 +43,7 @@ bool ArgReader::flag(size_t i, bool fallback) const {
 
 std::string Evaluator::render(const ScopePtr& vars) {
   top_ = std::make_shared<Scope>(vars);  // template-level `set`s land here, above the caller's variables
+  RenderBudget budget;
   std::string out;
   exec(prog_.body, top_, out);
   return out;
@@ -80,9 +81,16 @@ Evaluator::Flow Evaluator::exec(const Body& body, const ScopePtr& scope, std::st
 
 Evaluator::Flow Evaluator::exec_node(const Node& n, const ScopePtr& scope, std::string& out) {
   try {
+    RenderBudget::spend(kStepUnits);
     switch (n.type) {
-      case NodeType::text: out += static_cast<const TextNode&>(n).text; return Flow::normal;
-      case NodeType::output: append_str(out, eval(*static_cast<const OutputNode&>(n).expr, scope)); return Flow::normal;
+      case NodeType::text:
+        out += static_cast<const TextNode&>(n).text;
+        check_string_size(out.size(), "the output");
+        return Flow::normal;
+      case NodeType::output:
+        append_str(out, eval(*static_cast<const OutputNode&>(n).expr, scope));
+        check_string_size(out.size(), "the output");
+        return Flow::normal;
       case NodeType::if_: {
         const auto& f = static_cast<const IfNode&>(n);
         for (const auto& [cond, body] : f.branches)
@@ -150,6 +158,7 @@ Evaluator::Flow Evaluator::exec_for(const ForNode& n, const ScopePtr& scope, std
   if (items.empty()) return exec(n.otherwise, std::make_shared<Scope>(scope), out);
   const int64_t count = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < count; ++i) {
+    RenderBudget::spend(kStepUnits);  // an iteration with an empty body is still a step
     Object loop;
     loop.items.reserve(12);
     loop.set("index", Value::integer(i + 1));
@@ -258,6 +267,7 @@ Args Evaluator::eval_args(const ArgList& a, const ScopePtr& scope) {
 
 Value Evaluator::eval(const Node& n, const ScopePtr& scope) {
   try {
+    RenderBudget::spend(kStepUnits);
     return eval_node(n, scope);
   } catch (const Fault& e) {
     rethrow_at(n, e);

@@ -1,6 +1,7 @@
 // Jinja2's built-in filters and tests as chat templates use them, with transformers' tojson
 // (json.dumps with ensure_ascii=False; parameters ensure_ascii, indent, separators, sort_keys).
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -24,8 +25,11 @@ Value attr_path(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (v.is_undefined()) return v;
-    const bool numeric = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    v = get_item(v, numeric ? Value::integer(std::stoll(part)) : Value::string(part));
+    // Digits that fit an int64 index a list (std::stoll would throw past that); others are keys.
+    int64_t index = 0;
+    const bool numeric = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos &&
+                         std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    v = get_item(v, numeric ? Value::integer(index) : Value::string(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }
@@ -192,6 +196,7 @@ Value f_join(Evaluator&, const Value& v, Args& a) {
     if (!first) out += to_str(sep);
     first = false;
     append_str(out, attr.empty() ? x : attr_path(x, attr));
+    check_string_size(out.size(), r.what());
   }
   return Value::string(std::move(out));
 }
@@ -290,7 +295,9 @@ Value f_replace(Evaluator&, const Value& v, Args& a) {
   if (!r.get(0) || !r.get(1)) fault(r.what(), " needs old and new strings");
   const Value* c = r.get(2);
   const int64_t count = c && !c->is_none() ? c->as_int() : -1;
-  return Value::string(text::replace(to_str(v), to_str(*r.get(0)), to_str(*r.get(1)), count));
+  std::string out = text::replace(to_str(v), to_str(*r.get(0)), to_str(*r.get(1)), count, kMaxStringBytes);
+  check_string_size(out.size(), r.what());
+  return Value::string(std::move(out));
 }
 
 Value f_reverse(Evaluator&, const Value& v, Args& a) {
@@ -360,6 +367,7 @@ Value f_tojson(Evaluator&, const Value& v, Args& a) {
     if (ind->is_string()) {
       st.indent = ind->str();
     } else if (ind->is_int()) {
+      check_string_size(uint64_t(std::max<int64_t>(0, ind->as_int())), r.what());
       st.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, ind->as_int())), ' ');
     } else {
       fault(r.what(), ": indent must be an integer or a string");
@@ -399,6 +407,7 @@ Value f_unique(Evaluator&, const Value& v, Args& a) {
 Value f_indent(Evaluator&, const Value& v, Args& a) {
   ArgReader r(a, what("indent"), {"width", "first", "blank"});
   const Value width = r.get_or(0, Value::integer(4));
+  if (!width.is_string()) check_string_size(uint64_t(std::max<int64_t>(0, width.as_int())), r.what());
   const std::string pad = width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
   const bool first = r.flag(1, false), blank = r.flag(2, false);
   const std::vector<std::string> lines = text::splitlines(to_str(v) + "\n", false);

@@ -84,7 +84,9 @@ Value m_replace(const Value& self, const Args& a, const std::string& what) {
   const Value* o = r.get(0);
   const Value* n = r.get(1);
   if (!o || !n || !o->is_string() || !n->is_string()) fault(r.what(), " needs two string arguments");
-  return Value::string(text::replace(self.str(), o->str(), n->str(), int_arg(r.get(2), -1, r.what(), "count")));
+  std::string out = text::replace(self.str(), o->str(), n->str(), int_arg(r.get(2), -1, r.what(), "count"), kMaxStringBytes);
+  check_string_size(out.size(), r.what());
+  return Value::string(std::move(out));
 }
 
 template <bool Reverse, bool Strict>
@@ -125,6 +127,7 @@ Value m_join(const Value& self, const Args& a, const std::string& what) {
     if (!x.is_string()) fault("sequence item ", i, ": expected str instance, ", x.type_name(), " found");
     if (i++) out += self.str();
     out += x.str();
+    check_string_size(out.size(), r.what());
   }
   return Value::string(std::move(out));
 }
@@ -176,8 +179,10 @@ Value m_format(const Value& self, const Args& a, const std::string& what) {
       v = &a.positional[auto_index++];
     } else if (numbered) {
       manual = true;
-      const size_t k = std::stoul(field);
-      if (k >= a.positional.size()) fault(what, ": replacement index ", k, " out of range");
+      // Digit by digit, stopping once past the arguments: std::stoul would throw on 20 digits.
+      size_t k = 0;
+      for (size_t d = 0; d < field.size() && k < a.positional.size(); ++d) k = k * 10 + size_t(field[d] - '0');
+      if (k >= a.positional.size()) fault(what, ": replacement index ", field, " out of range");
       v = &a.positional[k];
     } else {
       for (const auto& [name, x] : a.keywords)
@@ -185,6 +190,7 @@ Value m_format(const Value& self, const Args& a, const std::string& what) {
       if (!v) fault(what, ": no argument named '", field, "'");
     }
     out += conv == 'r' ? repr(*v) : to_str(*v);
+    check_string_size(out.size(), what);
   }
   return Value::string(std::move(out));
 }

@@ -20,11 +20,20 @@ namespace {
 bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
 
 Value repeat(const Value& seq, int64_t n) {
+  const uint64_t times = uint64_t(std::max<int64_t>(n, 0));
   if (seq.is_string()) {
+    if (!seq.str().empty() && times > kMaxStringBytes / seq.str().size())
+      fault("'", seq.type_name(), "' * ", n, " would make a string past the limit of ", kMaxStringBytes, " bytes");
+    // By doubling: a one-character string times 30 million is 25 appends, not 30 million.
+    const size_t total = seq.str().size() * times;
     std::string r;
-    for (int64_t i = 0; i < n; ++i) r += seq.str();
+    r.reserve(total);
+    if (total) r = seq.str();
+    while (r.size() < total) r.append(r, 0, std::min(r.size(), total - r.size()));
     return Value::string(std::move(r));
   }
+  if (!seq.items().empty() && times > kMaxItems / seq.items().size())
+    fault("'", seq.type_name(), "' * ", n, " would make a list past the limit of ", kMaxItems, " items");
   Array r;
   for (int64_t i = 0; i < n; ++i) r.insert(r.end(), seq.items().begin(), seq.items().end());
   return Value::array(std::move(r), seq.is_tuple());

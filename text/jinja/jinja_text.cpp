@@ -290,11 +290,11 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
   return lines;
 }
 
-std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count) {
+std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count, size_t max_size) {
   std::string r;
   if (old.empty()) {
     int64_t n = 0;
-    for (size_t i = 0; i < s.size();) {
+    for (size_t i = 0; i < s.size() && r.size() <= max_size;) {
       if (count < 0 || n < count) {
         r += with;
         ++n;
@@ -307,7 +307,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
     return r;
   }
   size_t start = 0;
-  for (int64_t n = 0; count < 0 || n < count; ++n) {
+  for (int64_t n = 0; (count < 0 || n < count) && r.size() <= max_size; ++n) {
     const size_t at = s.find(old, start);
     if (at == std::string_view::npos) break;
     r += s.substr(start, at - start);

@@ -39,7 +39,9 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
 std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
 std::vector<std::string> splitlines(std::string_view s, bool keepends);
-std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count);
+// Stops early, once the result passes max_size, so a caller that limits sizes sees it too long.
+std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count,
+                    size_t max_size = SIZE_MAX);
 
 std::string python_repr(std::string_view s);  // 'quoted', escaped as Python's repr(str)
 std::string float_repr(double v);             // repr(float): shortest round-trip, "1.0", "1e+16", "inf"

@@ -8,6 +8,27 @@
 
 namespace tandem::jinja {
 
+namespace {
+thread_local RenderBudget* current_budget = nullptr;
+}  // namespace
+
+RenderBudget::RenderBudget() : outer_(current_budget) { current_budget = this; }
+RenderBudget::~RenderBudget() { current_budget = outer_; }
+
+void RenderBudget::spend(uint64_t units) {
+  RenderBudget* b = current_budget;
+  if (!b) return;
+  if (units > b->left_) {
+    b->left_ = 0;
+    fault("the template did more work than a render may (", kRenderBudget, " units: steps, and bytes and items built)");
+  }
+  b->left_ -= units;
+}
+
+void check_string_size(uint64_t n, std::string_view what) {
+  if (current_budget && n > kMaxStringBytes) fault(what, " would make a string of ", n, " bytes, past the limit of ", kMaxStringBytes);
+}
+
 const Value* Object::find(std::string_view key) const {
   for (const auto& [k, v] : items)
     if (k == key) return &v;
@@ -52,12 +73,20 @@ Value Value::number(double f) {
   return v;
 }
 Value Value::string(std::string s) {
+  if (current_budget) {
+    check_string_size(s.size(), "a string");
+    RenderBudget::spend(s.size() / kBytesPerUnit);
+  }
   Value v;
   v.kind_ = Kind::string;
   v.p_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::array(Array items, bool tuple) {
+  if (current_budget) {
+    if (items.size() > kMaxItems) fault("a list of ", items.size(), " items is past the limit of ", kMaxItems);
+    RenderBudget::spend(items.size() * kItemUnits);
+  }
   Value v;
   v.kind_ = Kind::array;
   v.tuple_ = tuple;
@@ -65,6 +94,10 @@ Value Value::array(Array items, bool tuple) {
   return v;
 }
 Value Value::object(Object o) {
+  if (current_budget) {
+    if (o.items.size() > kMaxItems) fault("a dict of ", o.items.size(), " items is past the limit of ", kMaxItems);
+    RenderBudget::spend(o.items.size() * kItemUnits);
+  }
   Value v;
   v.kind_ = Kind::object;
   v.p_ = std::make_shared<const Object>(std::move(o));
@@ -260,7 +293,10 @@ namespace {
 void append_json(std::string& out, const Value& v, const JsonStyle& st, int depth) {
   auto newline = [&](int d) {
     out += '\n';
-    for (int i = 0; i < d; ++i) out += st.indent;
+    for (int i = 0; i < d; ++i) {
+      out += st.indent;
+      check_string_size(out.size(), "tojson");
+    }
   };
   switch (v.kind()) {
     case Kind::none: out += "null"; return;
@@ -285,6 +321,7 @@ void append_json(std::string& out, const Value& v, const JsonStyle& st, int dept
         if (i) out += st.item_sep;
         if (st.has_indent) newline(depth + 1);
         append_json(out, a[i], st, depth + 1);
+        check_string_size(out.size(), "tojson");
       }
       if (st.has_indent) newline(depth);
       out += ']';
@@ -306,6 +343,7 @@ void append_json(std::string& out, const Value& v, const JsonStyle& st, int dept
         text::json_quote(out, entries[i]->first, st.ensure_ascii);
         out += st.key_sep;
         append_json(out, entries[i]->second, st, depth + 1);
+        check_string_size(out.size(), "tojson");
       }
       if (st.has_indent) newline(depth);
       out += '}';

@@ -48,12 +48,18 @@ std::string token_string(const Value& o, const char* key, const std::string& whe
 constexpr const char* kEogTexts[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>",
                                      "<|eom_id|>", "<|end|>",    "<end_of_turn>", "<EOT>"};
 
+// Ids index dense tables, so a declared id sizes them: past this one (16 times the largest vocabulary
+// released, 262,144) a file would make the tables take gigabytes.
+constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
 void read_vocab(Tokenizer::Impl& t, const Value& vocab, const std::string& where) {
   check(vocab.IsObject(), where, ": expected an object of token → id");
   int32_t max_id = -1;
   for (auto it = vocab.MemberBegin(); it != vocab.MemberEnd(); ++it) {
     check(it->value.IsInt() && it->value.GetInt() >= 0, where, "['", str_of(it->name),
           "']: expected a non-negative integer id");
+    check(it->value.GetInt() <= kMaxTokenId, where, "['", str_of(it->name), "']: id ", it->value.GetInt(),
+          " is past the largest supported id ", kMaxTokenId);
     max_id = std::max(max_id, it->value.GetInt());
   }
   t.text.resize(max_id + 1);
@@ -111,6 +117,7 @@ void read_added(Tokenizer::Impl& t, const Value& list, const std::string& where)
     const Value* id = member(a, "id");
     const Value* content = member(a, "content");
     check(id && id->IsInt() && id->GetInt() >= 0, at, ".id: expected a non-negative integer");
+    check(id->GetInt() <= kMaxTokenId, at, ".id: ", id->GetInt(), " is past the largest supported id ", kMaxTokenId);
     check(content && content->IsString() && content->GetStringLength() > 0, at, ".content: expected a non-empty string");
     AddedTokens::Entry e{str_of(*content), id->GetInt(), get_bool(a, "special", false, at),
                          get_bool(a, "lstrip", false, at), get_bool(a, "rstrip", false, at),

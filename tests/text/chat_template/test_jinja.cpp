@@ -46,6 +46,37 @@ TEST(Jinja, SyntaxErrorsNameLineAndColumn) {
   expect_error("{{ (1, 2] }}", "t:1:9: ", "unexpected ']'");
 }
 
+// Found by fuzzing the chat template (tests/fuzz/fuzz_chat_template, docs/fuzzing.md): a template comes
+// with the model file, and each of these hung the render or exhausted memory, or threw a std::
+// exception past the interpreter. Each is now a one-line error at the node.
+TEST(Jinja, HostileTemplatesFailInsteadOfHangingOrExhaustingMemory) {
+  expect_error("{{ 'x' * 10000000000 }}", "t:1:8: ", "would make a string past the limit of 33554432 bytes");
+  expect_error("{{ [1, 2] * 10000000000 }}", "t:1:11: ", "would make a list past the limit of 1048576 items");
+  expect_error("{{ 'a' | indent(10000000000) }}", "t:1:10: ", "filter 'indent' would make a string of 10000000000 bytes");
+  expect_error("{{ [1] | tojson(indent=100000000000) }}", "t:1:10: ", "filter 'tojson' would make a string");
+  expect_error("{{ ([1] * 100000) | join('x' * 100000) }}", "t:1:21: ", "filter 'join' would make a string");
+  expect_error("{{ ('{0}' * 100000).format('x' * 1000) }}", "t:1:", "str.format() would make a string");
+  expect_error("{{ 'ab' | replace('', 'x' * 30000000) }}", "t:1:11: ", "filter 'replace' would make a string");
+  expect_error("{{ 'ab'.replace('', 'x' * 30000000) }}", "t:1:", "would make a string");
+  expect_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "t:1:", "the output would make a string");
+  // Work without size: nested loops, and a list rebuilt on every iteration (quadratic copying).
+  expect_error("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "t:1:",
+               "the template did more work than a render may");
+  expect_error("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",
+               "t:1:", "the template did more work than a render may");
+  // Indices that std::stoul / std::stoll would throw on.
+  expect_error("{{ '{99999999999999999999999}'.format(1) }}", "t:1:", "replacement index 99999999999999999999999 out of range");
+  EXPECT_EQ(render("{{ [{'a': 1}] | map(attribute='99999999999999999999999') | list }}"), "[Undefined]");
+  // The limits leave real work alone: a long conversation renders.
+  std::string messages;
+  for (int i = 0; i < 2000; ++i)
+    messages += std::string(i ? "," : "") + R"({"role": "user", "content": ")" + std::string(500, 'a' + i % 26) + R"("})";
+  const std::string out = render(
+      "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}{% endfor %}",
+      R"({"messages": [)" + messages + "]}");
+  EXPECT_EQ(out.size(), 2000u * (8 + 500));
+}
+
 TEST(Jinja, UnknownFiltersAndTestsFailWhenLoaded) {
   expect_error("line\n{{ x | nosuch }}", "t:2:8: ", "unknown filter 'nosuch'");
   expect_error("{% if x is frobbed %}{% endif %}", "t:1:12: ", "unknown test 'frobbed'");

@@ -278,6 +278,23 @@ TEST(TokenizerErrors, NameTheField) {
   EXPECT_NE(error_of([&] { t.encode("\t"); }).find("byte 0x09"), std::string::npos);
 }
 
+// Found by tests/fuzz/fuzz_tokenizer: an id of 1,222,222,246 sized the id tables to gigabytes (an
+// out-of-memory, not an error), in model.vocab and in added_tokens alike.
+TEST(TokenizerErrors, HugeIdsAreRejected) {
+  auto err = [](const std::string& json) { return error_of([&] { Tokenizer::from_json(json); }); };
+  std::string m = err(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1222222246}, "merges": []}})");
+  EXPECT_NE(m.find("['b']: id 1222222246 is past the largest supported id 4194303"), std::string::npos) << m;
+  m = err(R"({"model": {"type": "BPE", "vocab": {"a": 2147483647}, "merges": []}})");
+  EXPECT_NE(m.find("id 2147483647 is past"), std::string::npos) << m;
+  TinySpec s;
+  s.added_json = R"([{"id": 1222222246, "content": "<big>"}])";
+  m = err(tiny_json(s));
+  EXPECT_NE(m.find("added_tokens[0].id: 1222222246 is past the largest supported id"), std::string::npos) << m;
+  // The largest supported id still loads.
+  s.added_json = R"([{"id": 4194303, "content": "<last>", "special": true}])";
+  EXPECT_EQ(Tokenizer::from_json(tiny_json(s)).vocab_size(), 4194304);
+}
+
 TEST(Utf8, LossyReplacesMaximalSubparts) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98\x81z"), "a\xF0\x9F\x98\x81z");
