@@ -422,7 +422,7 @@ const CommandSpec& bench_spec() {
       "unless given.",
       with_model_flags({
           {"synth", "SHAPE", "a synthetic model built in memory (tiny|nano|bolt|super) instead of --model"},
-          {"mix", "M", "the synthetic model's weight mix (gguf-iq2|bf16|exl3-2; default gguf-iq2)"},
+          {"mix", "M", "the synthetic model's weight mix (gguf-iq2|bf16|exl3-2|nvfp4; default gguf-iq2)"},
           {"uniform", "", "synthetic: every layer the same kind"},
           {"seed", "S", "random seed"},
           {"json", "FILE", "write every number to FILE"},

@@ -21,8 +21,8 @@ const CommandSpec& synth_spec() {
       with_verbose_flag({
           {"shape", "tiny|nano|bolt|super", "the model's shape (required)"},
           {"uniform", "", "every layer the same kind (for per-layer timing)"},
-          {"mix", "gguf-iq2|bf16|exl3-2", "the weight types (required)"},
-          {"out", "PATH", "the file (gguf) or folder (bf16) to write; or --dry-run"},
+          {"mix", "gguf-iq2|bf16|exl3-2|nvfp4", "the weight types (required)"},
+          {"out", "PATH", "the file (gguf-iq2) or folder (bf16, exl3-2, nvfp4) to write; or --dry-run"},
           {"dry-run", "", "print the sizes only, write nothing"},
           {"seed", "S", "random seed (default 0)"},
           {"shard-bytes", "N", "largest safetensors shard (default 5e9)"},

@@ -21,12 +21,12 @@ constexpr int64_t kSlackRows = 4096;
 // Weights drawn from one distribution per (type, row length) can share rows.
 bool pooled(const Plan& plan, const StoredTensor& t) {
   const Init init = plan.weights[size_t(t.weight)].init;
-  return !t.scale && (init == Init::Linear || init == Init::Embedding);
+  return !t.scale && !t.modelopt_scalar() && (init == Init::Linear || init == Init::Embedding);
 }
 
-using PoolKey = std::tuple<int, int, int64_t, int>;  // type order, init, row length, EXL3 part
+using PoolKey = std::tuple<int, int, int64_t, int, int>;  // type order, init, row length, EXL3 part, ModelOpt part
 PoolKey key_of(const Plan& plan, const StoredTensor& t) {
-  return {t.type_order, int(plan.weights[size_t(t.weight)].init), t.row_len, t.exl3_part};
+  return {t.type_order, int(plan.weights[size_t(t.weight)].init), t.row_len, t.exl3_part, t.modelopt_part};
 }
 
 struct PoolSize {

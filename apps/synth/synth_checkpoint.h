@@ -1,11 +1,12 @@
 // A synthetic model as a Checkpoint with no file behind it, so the normal loaders upload it (tandem
 // bench --synth). Its RawTensors carry the names, types and shapes the container's own reader would
-// give them (gguf-iq2: GgufCheckpoint's HF names with experts split and ssm_a as A; bf16: the
-// safetensors names), and their bytes point into host memory made here:
+// give them (gguf-iq2: GgufCheckpoint's HF names with experts split and ssm_a as A; bf16, exl3-2,
+// nvfp4: the safetensors names), and their bytes point into host memory made here:
 // - linear weights and embeddings of one type and row length share one pool of random rows, each
 //   tensor starting at its own random row, so the pool holds the largest such tensor plus a margin,
 //   not every tensor (Bolt gguf-iq2: about 2 GB of host memory instead of 22 GB);
-// - vectors (norms, conv, A, D, dt_bias, correction biases, NVFP4 scales) are made one by one.
+// - vectors (norms, conv, A, D, dt_bias, correction biases, NVFP4 scales, ModelOpt's per-tensor
+//   scales, which follow each weight's std) are made one by one.
 // Tensors that share a pool repeat each other's values; that changes no byte counts or timings.
 // Owner: the checkpoint owns its pools; RawTensors point into them. Thread: build on one thread, then
 // read from any. Sync: none.

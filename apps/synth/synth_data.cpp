@@ -1,5 +1,5 @@
 // Random rows for every type a synthetic model uses: dense (F32, F16, BF16) values from the weight's
-// initializer, the EXL3 parts, and the container's quantized blocks (Q8_0, IQ4_NL, IQ2_XXS, NVFP4),
+// initializer, the EXL3 and ModelOpt parts, and the container's quantized blocks (Q8_0, IQ4_NL, IQ2_XXS, NVFP4),
 // which its Writer makes, scaled to the weight's std.
 #include "synth_data.h"
 
@@ -49,6 +49,53 @@ float value(Init init, double stddev, Rng& r) {
   return 0.0f;
 }
 
+// The E4M3 (E4M3FN) code nearest to x, for |x| ≤ 448: codes 0x00…0x7E are the non-negative finite
+// values in increasing order; 0x7F/0xFF (NaN) are never made.
+uint8_t e4m3_code(float x) {
+  static const std::vector<float> values = [] {
+    std::vector<float> v(0x7F);
+    for (int b = 0; b < 0x7F; ++b) {
+      const int e = b >> 3, m = b & 7;
+      v[size_t(b)] = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.0f + float(m) / 8.0f, e - 7);
+    }
+    return v;
+  }();
+  const float a = std::min(std::fabs(x), values.back());
+  size_t i = size_t(std::lower_bound(values.begin(), values.end(), a) - values.begin());
+  if (i > 0 && (i == values.size() || a - values[i - 1] <= values[i] - a)) --i;
+  return uint8_t(i) | (x < 0 && i > 0 ? 0x80 : 0);
+}
+
+// The nvfp4 mix's ModelOpt tensors (synth_plan.h: kNvfp4BlockScale and the scale functions).
+void modelopt_rows(const StoredTensor& t, const Weight& w, uint64_t stream, int64_t r0, int64_t r1, uint8_t* out) {
+  auto scalar = [&](float v) {
+    check(r0 >= 0 && r1 <= 1 && t.dtype == "F32", "synth: tensor '", t.name, "': a scale is one F32");
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(out + (r - r0) * 4, &v, 4);
+  };
+  switch (t.modelopt_part) {
+    case StoredTensor::kNvfp4Weight:  // every nibble is a valid E2M1 code
+      for (int64_t r = r0; r < r1; ++r) {
+        Rng rng = row_rng(stream, r);
+        random_bytes(rng, out + size_t(r - r0) * t.row_bytes, t.row_bytes);
+      }
+      return;
+    case StoredTensor::kNvfp4BlockScale:
+      std::memset(out, kNvfp4BlockScaleByte, size_t(r1 - r0) * t.row_bytes);
+      return;
+    case StoredTensor::kNvfp4GlobalScale: return scalar(nvfp4_weight_scale_2(w.stddev));
+    case StoredTensor::kFp8Scale: return scalar(fp8_weight_scale(w.stddev));
+    case StoredTensor::kInputScale: return scalar(kModeloptInputScale);
+    case StoredTensor::kFp8Weight:
+      for (int64_t r = r0; r < r1; ++r) {
+        Rng rng = row_rng(stream, r);
+        uint8_t* row = out + size_t(r - r0) * t.row_bytes;
+        for (int64_t c = 0; c < t.row_len; ++c) row[c] = e4m3_code(float((2.0 * rng.uniform() - 1.0) * 448.0));
+      }
+      return;
+  }
+  fail("synth: tensor '", t.name, "': unknown ModelOpt part ", t.modelopt_part);
+}
+
 }  // namespace
 
 uint64_t stream_id(uint64_t seed, uint64_t n) { return mix64(mix64(seed) ^ mix64(n + 0x2545f4914f6cdd1dull)); }
@@ -62,6 +109,7 @@ void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int
     for (int64_t r = r0; r < r1; ++r) std::memcpy(out + (r - r0) * 4, &*s, 4);
     return;
   }
+  if (t.modelopt_part != StoredTensor::kModeloptNone) return modelopt_rows(t, w, stream, r0, r1, out);
   if (t.exl3_part == StoredTensor::kExl3Trellis) {  // any word stream is a valid tail-biting trellis
     for (int64_t r = r0; r < r1; ++r) {
       Rng rng = row_rng(stream, r);

@@ -45,7 +45,8 @@ std::string gguf_type(Role role, int64_t row_len, const Writer& writer) {
 // Pools of random rows are made in this order of their types (the ggml ids' order), so that the
 // in-memory checkpoint's bytes stay what they were when pools were keyed by ggml id.
 int type_order(const std::string& dtype) {
-  static const char* const kOrder[] = {"F32", "F16", "Q8_0", "IQ2_XXS", "I16", "IQ4_NL", "I32", "BF16", "NVFP4"};
+  static const char* const kOrder[] = {"F32",    "F16",  "Q8_0",  "IQ2_XXS", "I16",
+                                      "IQ4_NL", "I32",  "BF16",  "NVFP4",   "U8", "F8_E4M3"};
   for (int i = 0; i < int(std::size(kOrder)); ++i)
     if (dtype == kOrder[i]) return i;
   return int(std::size(kOrder));
@@ -207,16 +208,65 @@ std::vector<StoredTensor> exl3_tensors(const Weight& w, const std::string& name,
   return out;
 }
 
+// nvfp4: how a linear is stored (spec/formats.md § 6.3 item 4), or "" for one that stays dense.
+std::string modelopt_storage(const Weight& w) {
+  switch (w.role) {
+    case Role::Routed:
+    case Role::Shared: return w.fan_in % 64 == 0 ? "NVFP4" : "FP8";
+    case Role::MambaProj:
+    case Role::Attention:
+    case Role::Latent:
+    case Role::Mlp: return "FP8";
+    default: return "";
+  }
+}
+
+// The tensors of one ModelOpt linear `name` ("….weight") of [out, in] (§ 6.2): NVFP4 is weight U8
+// [out, in/2], weight_scale F8_E4M3 [out, in/16], weight_scale_2 and input_scale F32 scalars; FP8 is
+// weight F8_E4M3 [out, in], weight_scale and input_scale F32 scalars.
+std::vector<StoredTensor> modelopt_tensors(const Weight& w, const std::string& name, int weight, const Writer& writer) {
+  const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+  const int64_t out_dim = w.hf_shape[0], in = w.hf_shape[1];
+  std::vector<StoredTensor> out;
+  auto part = [&](std::string suffix, const std::string& dtype, std::vector<int64_t> shape, int64_t row_len, int kind) {
+    out.push_back(stored(base + suffix, dtype, std::move(shape), row_len, weight, writer));
+    out.back().modelopt_part = kind;
+  };
+  if (modelopt_storage(w) == "NVFP4") {
+    part(".weight", "U8", {out_dim, in / 2}, in / 2, StoredTensor::kNvfp4Weight);
+    part(".weight_scale", "F8_E4M3", {out_dim, in / 16}, in / 16, StoredTensor::kNvfp4BlockScale);
+    part(".weight_scale_2", "F32", {}, 1, StoredTensor::kNvfp4GlobalScale);
+  } else {
+    part(".weight", "F8_E4M3", {out_dim, in}, in, StoredTensor::kFp8Weight);
+    part(".weight_scale", "F32", {}, 1, StoredTensor::kFp8Scale);
+  }
+  part(".input_scale", "F32", {}, 1, StoredTensor::kInputScale);
+  return out;
+}
+
 }  // namespace
+
+double nvfp4_code_rms() { return std::sqrt(68.5 / 8.0); }  // (0 + .25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8
+float nvfp4_weight_scale_2(double stddev) { return float(stddev / (nvfp4_code_rms() * kNvfp4BlockScale)); }
+float fp8_weight_scale(double stddev) { return float(std::sqrt(3.0) * stddev / 448.0); }
 
 Mix parse_mix(const std::string& name) {
   if (name == "gguf-iq2") return Mix::GgufIq2;
   if (name == "bf16") return Mix::Bf16;
   if (name == "exl3-2") return Mix::Exl3_2;
-  fail("synth: unknown mix '", name, "' (expected gguf-iq2, bf16 or exl3-2)");
+  if (name == "nvfp4") return Mix::Nvfp4;
+  fail("synth: unknown mix '", name, "' (expected gguf-iq2, bf16, exl3-2 or nvfp4)");
 }
 
-const char* mix_name(Mix mix) { return mix == Mix::GgufIq2 ? "gguf-iq2" : mix == Mix::Bf16 ? "bf16" : "exl3-2"; }
+const char* mix_name(Mix mix) {
+  switch (mix) {
+    case Mix::GgufIq2: return "gguf-iq2";
+    case Mix::Bf16: return "bf16";
+    case Mix::Exl3_2: return "exl3-2";
+    case Mix::Nvfp4: return "nvfp4";
+  }
+  return "?";
+}
 const char* mix_writer(Mix mix) { return mix == Mix::GgufIq2 ? "gguf" : "safetensors"; }
 
 std::shared_ptr<const Writer> find_writer(const std::string& name, PluginRegistry* registry) {
@@ -270,6 +320,12 @@ Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry) {
     } else if (mix == Mix::Exl3_2 && exl3_bits(w.role) > 0) {
       for (int e = 0; e < std::max(w.n_experts, 1); ++e)
         for (StoredTensor& s : exl3_tensors(w, w.expert_name(w.hf_name, e), int(wi), writer)) {
+          if (w.n_experts > 0) s.expert = e;
+          p.tensors.push_back(std::move(s));
+        }
+    } else if (mix == Mix::Nvfp4 && !modelopt_storage(w).empty()) {
+      for (int e = 0; e < std::max(w.n_experts, 1); ++e)
+        for (StoredTensor& s : modelopt_tensors(w, w.expert_name(w.hf_name, e), int(wi), writer)) {
           if (w.n_experts > 0) s.expert = e;
           p.tensors.push_back(std::move(s));
         }

@@ -26,11 +26,17 @@ namespace tandem::synth {
 // correction bias (F32). exl3-2: an HF folder in the layout of exllamav3's Bolt 2.0 pack (spec/formats.md
 // § 5.10): routed experts K=2; Mamba, attention, latent, shared (and dense MLP) projections K=4;
 // lm_head K=6; mul1 codebook; random trellis words (every word stream is a valid tail-biting trellis),
-// suh = ±std and svh = ±1 so that W has the initializer's scale; the rest as in bf16.
+// suh = ±std and svh = ±1 so that W has the initializer's scale; the rest as in bf16. nvfp4: an HF
+// folder in NVIDIA ModelOpt's layout (spec/formats.md § 6.1–6.3) with config.json's
+// quantization_config (quant_method modelopt, MIXED_PRECISION, quantized_layers, ignore), as the
+// Nemotron NVFP4 releases store it (§ 6.3 item 4): routed and shared experts NVFP4 (U8 codes, F8_E4M3
+// block scales, F32 weight_scale_2 and input_scale); Mamba in/out, attention, latent (and dense MLP)
+// projections FP8 with a per-tensor F32 weight_scale; the rest as in bf16. An NVFP4 row length that is
+// not a multiple of 64 (the CUDA repack's block) falls back to FP8.
 // Types are named as strings; the container's Writer (plugin "gguf" or "safetensors", found by name
 // through the registry) knows their block geometry and makes random blocks of its quantized types.
-enum class Mix { GgufIq2, Bf16, Exl3_2 };
-Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2"; errors list the names
+enum class Mix { GgufIq2, Bf16, Exl3_2, Nvfp4 };
+Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2", "nvfp4"; errors list the names
 const char* mix_name(Mix mix);
 const char* mix_writer(Mix mix);         // the Writer a mix's files are written with: "gguf", "safetensors"
 // The Writer of that name from `registry`, or when null from the default plugins (loaded once,
@@ -88,7 +94,27 @@ struct StoredTensor {
   std::string scale_of;        // the dtype whose companion scale this is
   int exl3_part = kExl3None;   // exl3 mix: which tensor of the EXL3 linear this is
   enum : int { kExl3None = 0, kExl3Trellis, kExl3Suh, kExl3Svh, kExl3Mul1 };
+  int modelopt_part = kModeloptNone;  // nvfp4 mix: which tensor of the ModelOpt linear this is
+  enum : int { kModeloptNone = 0, kNvfp4Weight, kNvfp4BlockScale, kNvfp4GlobalScale, kFp8Weight, kFp8Scale, kInputScale };
+  // A per-tensor F32 whose value follows the weight's std (weight_scale_2, FP8's weight_scale,
+  // input_scale): never shared between weights.
+  bool modelopt_scalar() const {
+    return modelopt_part == kNvfp4GlobalScale || modelopt_part == kFp8Scale || modelopt_part == kInputScale;
+  }
 };
+
+// The nvfp4 mix's constants (spec/formats.md § 6.1). Every NVFP4 block scale is 448, the E4M3 value
+// ModelOpt gives a block holding the tensor's amax (nearly every block of uniform random codes holds
+// a ±6), and weight_scale_2 sets the std: W = e2m1(q)·448·weight_scale_2.
+constexpr uint8_t kNvfp4BlockScaleByte = 0x7E;   // E4M3 448
+constexpr double kNvfp4BlockScale = 448.0;
+// input_scale = amax(x)/(6·448) for activations of amax 6 (recorded by the reader, not used).
+constexpr float kModeloptInputScale = 1.0f / 448.0f;
+double nvfp4_code_rms();                          // rms of e2m1 over uniform random nibbles: √(68.5/8)
+float nvfp4_weight_scale_2(double stddev);        // stddev / (code rms · 448)
+// FP8 weights: the initializer's uniform ±√3·std drawn as E4M3 codes of ±448·u, so weight_scale is
+// amax/448 as ModelOpt sets it.
+float fp8_weight_scale(double stddev);
 
 struct Totals {
   int64_t params = 0;          // every weight (HF form; scale sidecars are not parameters)

@@ -64,6 +64,24 @@ Vocabulary synthetic_vocabulary(const ModelDesc& d) {
 
 std::string plan_config_json(const Plan& plan) {
   std::string cfg = config_json(plan.desc);
+  if (plan.mix == Mix::Nvfp4) {
+    // config.json's form (spec/formats.md § 6.3 item 2, MIXED_PRECISION of item 3): every quantized
+    // module in quantized_layers with its algo, the dense linears named by ignore as ModelOpt does.
+    const size_t end = cfg.rfind('}');
+    check(end != std::string::npos, "synth: config.json text has no closing brace");
+    std::string layers;
+    for (const StoredTensor& t : plan.tensors) {
+      if (t.modelopt_part != StoredTensor::kNvfp4Weight && t.modelopt_part != StoredTensor::kFp8Weight) continue;
+      layers += layers.empty() ? "\n" : ",\n";
+      layers += "      \"" + t.name.substr(0, t.name.size() - std::string(".weight").size()) + "\": {\"quant_algo\": ";
+      layers += t.modelopt_part == StoredTensor::kNvfp4Weight ? "\"NVFP4\", \"group_size\": 16}" : "\"FP8\"}";
+    }
+    return cfg.substr(0, end) +
+           ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"MIXED_PRECISION\", "
+           "\"producer\": {\"name\": \"modelopt\", \"version\": \"tandem-synth\"}, "
+           "\"ignore\": [\"lm_head\", \"backbone.embeddings\", \"*.mixer.gate\", \"*.mixer.conv1d\", \"*norm*\"], "
+           "\"kv_cache_quant_algo\": null, \"quantized_layers\": {" + layers + "\n  }}\n}";
+  }
   if (plan.mix != Mix::Exl3_2) return cfg;
   // As exllamav3 writes it (spec/formats.md § 5.2); the loader infers format, K and codebook from the
   // tensors themselves.
@@ -93,7 +111,7 @@ void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const 
 
 void write_hf_folder(const Plan& plan, const std::string& dir, uint64_t seed, size_t shard_bytes,
                      const Progress& progress) {
-  check(plan.mix != Mix::GgufIq2, "synth: write_hf_folder needs an HF mix (bf16, exl3-2), found ", mix_name(plan.mix));
+  check(plan.mix != Mix::GgufIq2, "synth: write_hf_folder needs an HF mix (bf16, exl3-2, nvfp4), found ", mix_name(plan.mix));
   std::filesystem::create_directories(dir);
   // Shards in tensor order, each up to shard_bytes.
   std::vector<std::vector<size_t>> shards(1);

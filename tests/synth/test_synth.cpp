@@ -6,9 +6,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "formats/gguf/gguf_checkpoint.h"
 #include "formats/gguf/gguf_file.h"
@@ -326,4 +329,187 @@ TEST(SynthRun, TinyBf16FolderFromFileAndFromMemory) {
       Model::load(std::make_unique<SynthCheckpoint>(plan, 2, "synth:tiny/bf16"), "synth", LoadOptions{}, registry());
   expect_runs(*from_memory);
   EXPECT_EQ(from_memory->decode_bytes(), plan.totals.decode_bytes);
+}
+
+namespace {
+
+// Rules of spec/formats.md § 6.1, written here rather than taken from the reader or the synth code.
+float e2m1_value(uint8_t nibble) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return nibble & 8 ? -mag[nibble & 7] : mag[nibble & 7];
+}
+float e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.0f + float(m) / 8.0f, e - 7);
+  return b & 0x80 ? -v : v;
+}
+float f32_at(const RawTensor& t) {
+  EXPECT_EQ(t.dtype, "F32") << t.name;
+  EXPECT_EQ(t.nbytes, 4u) << t.name;
+  float v;
+  std::memcpy(&v, t.data, 4);
+  return v;
+}
+
+// Logits of a prompt and one decode step.
+std::vector<float> logits_of(Model& m) {
+  auto seq = m.new_sequence(64);
+  std::vector<float> logits, step;
+  const std::vector<int32_t> prompt = {1, 1200, 1300, 57, 2000, 11, 1500};
+  m.forward(*seq, prompt, ForwardMode::Prefill, logits, true);
+  m.commit(*seq, int(prompt.size()));
+  m.forward(*seq, {42}, ForwardMode::Verify, step, false);
+  logits.insert(logits.end(), step.begin(), step.end());
+  return logits;
+}
+
+}  // namespace
+
+// The nvfp4 mix (spec/formats.md § 6.1–6.3): a folder the nvfp4 plugin opens and runs, every module
+// in the form the mix names, the decoded weights of the initializer's std, and an in-memory form that
+// loads to the same logits as its bytes written out.
+TEST(SynthRun, TinyNvfp4FolderLoadsWithTheNvfp4Plugin) {
+  TempDir dir;
+  const Plan plan = make_plan(model_shape("tiny"), Mix::Nvfp4);
+  write_hf_folder(plan, dir.file("tiny"), 4, size_t(4) << 20);
+  LoadOptions o;
+  o.path = dir.file("tiny");
+  std::string format;
+  auto ckpt = open_checkpoint(o, registry(), &format);
+  EXPECT_EQ(format, "nvfp4");
+
+  // Forms by module, and each weight's decoded std against the initializer's 1/√in.
+  std::map<std::string, int> forms;  // "NVFP4 routed", …
+  size_t stored_bytes = 0;
+  for (const RawTensor& t : ckpt->tensors()) {
+    stored_bytes += t.nbytes;
+    const std::string& n = t.name;
+    if (n.size() < 7 || n.compare(n.size() - 7, 7, ".weight") != 0) continue;
+    const std::string base = n.substr(0, n.size() - 7);
+    const std::string kind = n.find(".experts.") != std::string::npos        ? "routed"
+                             : n.find("shared_experts") != std::string::npos ? "shared"
+                             : n.find("in_proj") != std::string::npos || n.find("out_proj") != std::string::npos ? "mamba"
+                             : n.find("_proj") != std::string::npos          ? "attention/latent"
+                                                                             : "other";
+    if (t.dtype != "U8" && t.dtype != "F8_E4M3") {
+      ++forms[t.dtype + " " + kind];
+      continue;
+    }
+    ++forms[(t.dtype == "U8" ? "NVFP4 " : "FP8 ") + kind];
+    ASSERT_NE(ckpt->find(base + ".input_scale"), nullptr) << base;
+    const RawTensor* s = ckpt->find(base + ".weight_scale");
+    ASSERT_NE(s, nullptr) << base;
+    const int64_t out = t.shape[0], in = t.dtype == "U8" ? t.shape[1] * 2 : t.shape[1];
+    double sum = 0, sq = 0;
+    if (t.dtype == "U8") {
+      ASSERT_EQ(s->dtype, "F8_E4M3");
+      ASSERT_EQ(s->shape, (std::vector<int64_t>{out, in / 16}));
+      const RawTensor* s2 = ckpt->find(base + ".weight_scale_2");
+      ASSERT_NE(s2, nullptr) << base;
+      const float g = f32_at(*s2);
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t k = 0; k < in; ++k) {
+          const uint8_t byte = t.data[r * (in / 2) + k / 2];
+          const uint8_t bs = s->data[r * (in / 16) + k / 16];
+          ASSERT_TRUE((bs & 0x7F) != 0x7F && !(bs & 0x80)) << base << ": block scale 0x" << std::hex << int(bs);
+          const double v = e2m1_value(k % 2 ? byte >> 4 : byte & 15) * e4m3_value(bs) * g;
+          sum += v, sq += v * v;
+        }
+    } else {
+      const float g = f32_at(*s);
+      for (int64_t i = 0; i < out * in; ++i) {
+        ASSERT_NE(t.data[i] & 0x7F, 0x7F) << base << ": a NaN code at " << i;
+        const double v = e4m3_value(t.data[i]) * g;
+        sum += v, sq += v * v;
+      }
+    }
+    const double n_el = double(out * in), mean = sum / n_el, sd = std::sqrt(sq / n_el - mean * mean);
+    const double want = 1.0 / std::sqrt(double(in));
+    EXPECT_NEAR(sd / want, 1.0, 0.03) << base << ": std " << sd << ", initializer's " << want;
+    EXPECT_LT(std::fabs(mean), 0.05 * want) << base;
+  }
+  // tiny (MEM*EME): 3 MoE layers of 8, 12, 16 experts (up, down), one shared expert and two latent
+  // projections each; 3 Mamba layers (in, out); one attention layer (q, k, v, o).
+  EXPECT_EQ(forms["NVFP4 routed"], 2 * (8 + 12 + 16));
+  EXPECT_EQ(forms["NVFP4 shared"], 2 * 3);
+  EXPECT_EQ(forms["FP8 mamba"], 2 * 3);
+  EXPECT_EQ(forms["FP8 attention/latent"], 4 + 2 * 3);
+  EXPECT_EQ(forms["BF16 other"], 2 + 8 + 3 * 2 + 3);  // embedding, lm_head, norms, Mamba norm and conv1d, routers
+  for (const auto& [k, n] : forms)
+    EXPECT_TRUE(k == "NVFP4 routed" || k == "NVFP4 shared" || k == "FP8 mamba" || k == "FP8 attention/latent" ||
+                k == "BF16 other")
+        << k << " ×" << n;
+  EXPECT_EQ(stored_bytes, plan.totals.bytes);  // the dry run's count is what is written
+
+  auto from_file = Model::load(o, registry());
+  EXPECT_EQ(from_file->format_name(), "nvfp4");
+  expect_runs(*from_file);
+  // The model counts each linear's codes and scales (FP8's weight_scale too); weight_scale_2 and
+  // input_scale ride along uncounted.
+  size_t scalars = 0;
+  for (const StoredTensor& t : plan.tensors) {
+    const Weight& w = plan.weights[size_t(t.weight)];
+    const bool uncounted = t.modelopt_part == StoredTensor::kNvfp4GlobalScale || t.modelopt_part == StoredTensor::kInputScale;
+    if (uncounted && (w.role != Role::Routed || t.expert < plan.desc.layers[size_t(w.layer)].moe.top_k))
+      scalars += t.nbytes;
+  }
+  EXPECT_EQ(from_file->decode_bytes() + scalars, plan.totals.decode_bytes);
+
+  // In memory: the same names, dtypes and shapes as the file; written out as one safetensors file
+  // with its config.json, it loads through the nvfp4 plugin (its config checks included) to the same
+  // logits, bit for bit.
+  auto mem = std::make_unique<SynthCheckpoint>(plan, 4, "synth:tiny/nvfp4");
+  std::map<std::string, std::tuple<std::string, std::vector<int64_t>, size_t>> a, b;
+  for (const RawTensor& t : ckpt->tensors()) a[t.name] = {t.dtype, t.shape, t.nbytes};
+  for (const RawTensor& t : mem->tensors()) b[t.name] = {t.dtype, t.shape, t.nbytes};
+  EXPECT_EQ(a, b);
+  fs::create_directories(dir.file("mem"));
+  std::vector<TensorSpec> layout;
+  for (const RawTensor& t : mem->tensors()) layout.push_back({t.name, t.dtype, t.shape});
+  auto f = plan.writer->create(dir.file("mem/model.safetensors"), layout);
+  for (const RawTensor& t : mem->tensors()) f->write(t.data, t.nbytes);
+  f->close();
+  std::ofstream(dir.file("mem/config.json")) << mem->config_json() << "\n";
+  LoadOptions mo;
+  mo.path = dir.file("mem");
+  auto mem_file = Model::load(mo, registry());
+  EXPECT_EQ(mem_file->format_name(), "nvfp4");
+  auto from_memory = Model::load(std::move(mem), "synth nvfp4", LoadOptions{}, registry());
+  expect_runs(*from_memory);
+  EXPECT_EQ(from_memory->decode_bytes(), from_file->decode_bytes());
+  const std::vector<float> lm = logits_of(*from_memory), lf = logits_of(*mem_file);
+  ASSERT_EQ(lm.size(), lf.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < lm.size(); ++i) differ += std::memcmp(&lm[i], &lf[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << lm.size() << " logits";
+}
+
+// The nvfp4 mix holds the same weights as bf16 (its counts are of parameters, not bytes), every
+// shape plans (NVFP4 rows whole 64-blocks, so the CUDA repack takes them), and its bytes per
+// weight are the mix's: 4.5 bits for NVFP4 codes and block scales, 8 for FP8.
+TEST(SynthShapes, Nvfp4PlansEveryShape) {
+  for (const char* shape : {"tiny", "nano", "bolt", "super"}) {
+    const Plan q = make_plan(model_shape(shape), Mix::Nvfp4), d = make_plan(model_shape(shape), Mix::Bf16);
+    EXPECT_EQ(q.totals.params, d.totals.params) << shape;
+    EXPECT_EQ(q.totals.active, d.totals.active) << shape;
+    EXPECT_EQ(q.totals.routed, d.totals.routed) << shape;
+    size_t bytes = 0;
+    for (const StoredTensor& t : q.tensors) {
+      bytes += t.nbytes;
+      const Weight& w = q.weights[size_t(t.weight)];
+      const int64_t per = w.numel() / std::max(w.n_experts, 1);
+      if (t.modelopt_part == StoredTensor::kNvfp4Weight) {
+        EXPECT_EQ(w.fan_in % 64, 0) << t.name;
+        EXPECT_EQ(t.nbytes * 2, size_t(per)) << t.name;
+      }
+      if (t.modelopt_part == StoredTensor::kNvfp4BlockScale) EXPECT_EQ(t.nbytes * 16, size_t(per)) << t.name;
+      if (t.modelopt_part == StoredTensor::kFp8Weight) EXPECT_EQ(t.nbytes, size_t(per)) << t.name;
+      if (t.modelopt_scalar()) EXPECT_EQ(t.nbytes, 4u) << t.name;
+    }
+    EXPECT_EQ(bytes, q.totals.bytes) << shape;
+    // Mostly 4.5-bit experts (tiny's BF16 embedding and head outweigh them).
+    if (std::string(shape) != "tiny") EXPECT_LT(q.totals.bytes, d.totals.bytes / 3) << shape;
+  }
+  EXPECT_EQ(parse_mix("nvfp4"), Mix::Nvfp4);
+  EXPECT_STREQ(mix_name(Mix::Nvfp4), "nvfp4");
 }

@@ -166,7 +166,7 @@ const char* kQuick = "--device cpu --threads 2 --context 256 --prompt-tokens 8 -
 
 TEST(BenchCli, SyntheticTinyWritesEveryField) {
   const std::string json = temp("bench.json");
-  for (const char* mix : {"gguf-iq2", "bf16"}) {
+  for (const char* mix : {"gguf-iq2", "bf16", "nvfp4"}) {
     CliRun r = run(std::string("bench --synth tiny --mix ") + mix + " " + kQuick + " --json " + json);
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
@@ -192,6 +192,53 @@ TEST(BenchCli, SynthWritesAFileThatBenchReads) {
   expect_report(d, false);
   EXPECT_EQ(d["synth_host_bytes"].GetUint64(), 0u);
   fs::remove(gguf);
+  fs::remove(json);
+}
+
+// --dry-run's counts are what --out writes: the tensor bytes are the folder's safetensors data (each
+// file less its 8-byte length and JSON header), and bench reads the folder through the nvfp4 plugin.
+TEST(BenchCli, Nvfp4DryRunCountsWhatTheFolderHolds) {
+  const std::string dir = temp("nvfp4"), json = temp("nvfp4.json");
+  CliRun dry = run("synth --shape tiny --mix nvfp4 --dry-run");
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  long long params = 0, active = 0, bytes = 0, per_token = 0;
+  const size_t at = dry.err.find("), ");
+  ASSERT_NE(at, std::string::npos) << dry.err;
+  ASSERT_EQ(std::sscanf(dry.err.c_str() + at, "), %lld parameters (%lld active), %lld B of tensors, %lld B read per token",
+                        &params, &active, &bytes, &per_token),
+            4)
+      << dry.err;
+  EXPECT_NE(dry.err.find("in memory (tandem bench --synth): "), std::string::npos) << dry.err;
+  // The parameters are the model's, whatever the mix: bf16's line says the same.
+  CliRun bf = run("synth --shape tiny --mix bf16 --dry-run");
+  ASSERT_EQ(bf.status, 0) << bf.err;
+  EXPECT_NE(bf.err.find(std::to_string(params) + " parameters (" + std::to_string(active) + " active)"),
+            std::string::npos) << bf.err;
+  EXPECT_FALSE(fs::exists(dir));
+  CliRun w = run("synth --shape tiny --mix nvfp4 --out " + dir + " --shard-bytes 3000000");
+  ASSERT_EQ(w.status, 0) << w.err;
+  long long data = 0;
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    ++shards;
+    std::ifstream f(e.path(), std::ios::binary);
+    uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    data += (long long)fs::file_size(e.path()) - 8 - (long long)header;
+  }
+  EXPECT_GT(shards, 2);
+  EXPECT_EQ(data, bytes);
+  CliRun r = run("bench --model " + dir + " " + kQuick + " --json " + json);
+  ASSERT_EQ(r.status, 0) << r.err;
+  rapidjson::Document d = read_json(json);
+  expect_report(d, false);
+  EXPECT_EQ(std::string(d["format"].GetString()), "nvfp4");
+  // The model counts what its tensors read; the plan also counts the 4-byte scalars beside them.
+  const long long model_bytes = (long long)d["bytes_per_token"]["model"].GetUint64();
+  EXPECT_LE(model_bytes, per_token);
+  EXPECT_GT(model_bytes, per_token - 4096);
+  fs::remove_all(dir);
   fs::remove(json);
 }
 
