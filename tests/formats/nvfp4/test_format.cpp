@@ -289,7 +289,7 @@ TEST(Nvfp4Checkpoint, ShardedFolderIsReadThroughItsIndex) {
   EXPECT_NE(a->layout().file.find("00001"), std::string::npos);
 }
 
-// Found by fuzz_nvfp4 (docs/fuzzing.md): an empty weight of 2^40 rows sized its per-row scales to
+// Found while writing fuzz_nvfp4 (docs/fuzzing.md), reading the reader: an empty weight of 2^40 rows sized its per-row scales to
 // terabytes (an out-of-memory), and names or config values holding a newline broke the one-line error.
 TEST(Nvfp4Tensor, HostileShapesAndNamesAreOneLineErrors) {
   TempDir d("tandem-nvfp4");
