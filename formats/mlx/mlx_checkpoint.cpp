@@ -151,12 +151,13 @@ std::vector<fs::path> folder_files(const fs::path& dir) {
           "mlx: index '", (dir / kIndex).string(), "' has no weight_map object");
     std::set<std::string> names;
     for (const auto& m : doc["weight_map"].GetObject()) {
-      check(m.value.IsString(), "mlx: index '", (dir / kIndex).string(), "': weight_map entry '", printable(m.name.GetString()),
-            "' is not a file name");
+      check(m.value.IsString(), "mlx: index '", (dir / kIndex).string(), "': weight_map entry '",
+            printable(m.name.GetString()), "' is not a file name");
       names.insert(m.value.GetString());
     }
     for (const auto& n : names) {
-      check(is_file(dir / n), "mlx: index '", (dir / kIndex).string(), "' names '", printable(n), "', which is not in the folder");
+      check(is_file(dir / n), "mlx: index '", (dir / kIndex).string(), "' names '", printable(n),
+            "', which is not in the folder");
       files.push_back(dir / n);
     }
     return files;
@@ -197,7 +198,8 @@ class MlxCheckpoint final : public Checkpoint {
       }
       const std::string at = "mlx: file '" + t.file + "': tensor '" + printable(n) + "'";
       if (t.dtype == "U32" && ends_with(n, ".weight"))
-        fail(at, " is U32 (an MLX-quantized weight), but '", printable(n.substr(0, n.size() - 7)), ".scales' is missing");
+        fail(at, " is U32 (an MLX-quantized weight), but '", printable(n.substr(0, n.size() - 7)),
+             ".scales' is missing");
       fail(at, " has dtype ", t.dtype, ", which is neither a float tensor nor part of a quantized module");
     }
     for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -273,13 +275,13 @@ class MlxCheckpoint final : public Checkpoint {
       shape.push_back(cols);
       Half h;
       const bool dtype_ok = want_half ? half_type(c->dtype, h) : c->dtype == "U8";
-      check(dtype_ok && c->shape == shape, "mlx: file '", c->file, "': tensor '", printable(c->name), "': expected ", dtypes, " ",
-            shape_str(shape), " for ", spec.mode, " weights ", shape_str(w->shape), ", found ", c->dtype, " ",
-            shape_str(c->shape));
+      check(dtype_ok && c->shape == shape, "mlx: file '", c->file, "': tensor '", printable(c->name), "': expected ",
+            dtypes, " ", shape_str(shape), " for ", spec.mode, " weights ", shape_str(w->shape), ", found ", c->dtype,
+            " ", shape_str(c->shape));
     };
     auto none = [&](const RawTensor* c) {
-      check(c == nullptr, "mlx: file '", c ? c->file : "", "': tensor '", c ? printable(c->name) : "", "' has no meaning in ",
-            spec.mode, " mode");
+      check(c == nullptr, "mlx: file '", c ? c->file : "", "': tensor '", c ? printable(c->name) : "",
+            "' has no meaning in ", spec.mode, " mode");
     };
 
     std::string dtype;
@@ -306,8 +308,8 @@ class MlxCheckpoint final : public Checkpoint {
         int64_t count = 1;
         for (int64_t d : g->shape) count *= d;
         check((is_float(g->dtype) || g->dtype == "F64") && (count == 1 || count == e), "mlx: file '", g->file,
-              "': tensor '", printable(g->name), "': expected one float", e > 1 ? " or one per expert" : "", ", found ", g->dtype,
-              " ", shape_str(g->shape));
+              "': tensor '", printable(g->name), "': expected one float", e > 1 ? " or one per expert" : "",
+              ", found ", g->dtype, " ", shape_str(g->shape));
         for (int64_t j = 0; j < e; ++j) {
           const uint8_t* p = g->data + (count == 1 ? 0 : size_t(j) * element_bytes(g->dtype));
           double v;
@@ -334,13 +336,14 @@ class MlxCheckpoint final : public Checkpoint {
             " elements is not whole Q8_0 blocks of 32 (tandem reads groups of 32, 64, 96, …)");
       companion(s, "scales", k / spec.group_size, "F16 or BF16", true);
       companion(b, "biases", k / spec.group_size, "F16 or BF16", true);
-      check(b->dtype == s->dtype, "mlx: file '", b->file, "': tensor '", printable(b->name), "' is ", b->dtype, ", its scales ",
-            s->dtype);
+      check(b->dtype == s->dtype, "mlx: file '", b->file, "': tensor '", printable(b->name), "' is ", b->dtype,
+            ", its scales ", s->dtype);
       half_type(s->dtype, half);
       none(g);
       dtype = "Q8_0", row_bytes = k / kQ8Block * kQ8Bytes;
     } else {
-      fail(mode_at, ": unknown quantization mode '", printable(spec.mode), "' (tandem reads iq2_xxs, nvfp4 and 8-bit affine)");
+      fail(mode_at, ": unknown quantization mode '", printable(spec.mode),
+           "' (tandem reads iq2_xxs, nvfp4 and 8-bit affine)");
     }
 
     const int64_t rows = e * n;

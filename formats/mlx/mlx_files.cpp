@@ -30,7 +30,8 @@ uint64_t read_u64le(const uint8_t* p) {
 void parse_header(const char* json, size_t n, const uint8_t* data, uint64_t data_size, const std::string& file,
                   std::vector<RawTensor>& out) {
   const std::string at = "mlx: file '" + file + "': ";
-  check(json_depth({json, n}) <= kMaxJsonDepth, at, "the safetensors header nests deeper than ", kMaxJsonDepth, " levels");
+  check(json_depth({json, n}) <= kMaxJsonDepth, at, "the safetensors header nests deeper than ", kMaxJsonDepth,
+        " levels");
   rapidjson::Document doc;
   doc.Parse(json, n);
   check(!doc.HasParseError() && doc.IsObject(), at, "the safetensors header is not a JSON object");

@@ -357,9 +357,10 @@ TEST(MlxFiles, BadSafetensorsAreOneLineErrorsNamingTheFile) {
   EXPECT_EQ(ok.tensors()[0].nbytes, 8u);
 }
 
-// Found while writing fuzz_mlx (docs/fuzzing.md), reading the reader: a shape whose element count wraps to 0 (three dimensions of
-// 2^39) was accepted with no bytes, and a [2^39, 0] stack of float experts was split into 2^39 views
-// (an out-of-memory); a name holding a newline broke the one-line error.
+// Found reading the reader while fuzz_mlx was written (docs/fuzzing.md): a shape whose element count
+// wraps to 0 (three dimensions of 2^39) was accepted with no bytes, a [2^39, 0] stack of float experts
+// was split into 2^39 views (an out-of-memory), a name holding a newline broke the one-line error, and
+// deep nesting overflowed the stack of RapidJSON's recursive parser.
 TEST(MlxFiles, HostileShapesAndNamesAreOneLineErrors) {
   TempDir tmp("tandem-mlx");
   const std::string p = tmp.file("m.safetensors");

@@ -289,8 +289,9 @@ TEST(Nvfp4Checkpoint, ShardedFolderIsReadThroughItsIndex) {
   EXPECT_NE(a->layout().file.find("00001"), std::string::npos);
 }
 
-// Found while writing fuzz_nvfp4 (docs/fuzzing.md), reading the reader: an empty weight of 2^40 rows sized its per-row scales to
-// terabytes (an out-of-memory), and names or config values holding a newline broke the one-line error.
+// Found reading the reader while fuzz_nvfp4 was written (docs/fuzzing.md): an empty weight of 2^40 rows
+// sized its per-row scales to terabytes (an out-of-memory), names or config values holding a newline
+// broke the one-line error, and a deeply nested config overflowed the stack when freed.
 TEST(Nvfp4Tensor, HostileShapesAndNamesAreOneLineErrors) {
   TempDir d("tandem-nvfp4");
   const int64_t huge = int64_t(1) << 40;
