@@ -25,7 +25,7 @@ if (($# == 0)); then
   exec ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$(nproc)"
 fi
 seconds=$1
-names=${2:-gguf safetensors exl3 profile tokenizer chat_template}
+names=${2:-gguf safetensors exl3 profile tokenizer chat_template nvfp4 mlx}
 for n in $names; do
   mkdir -p "build-fuzz/fuzz-corpus/$n" build-fuzz/fuzz-artifacts
   echo "fuzz: fuzz_$n for $seconds s"

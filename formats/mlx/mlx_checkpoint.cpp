@@ -33,6 +33,16 @@ bool is_file(const fs::path& p) {
 }
 bool is_float(const std::string& dtype) { return dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
 
+// Stacked experts become one tensor each: a hostile [2^39, 0] stack holds no bytes but would list 2^39
+// views. Far above any released MoE (512 routed experts at most).
+constexpr int64_t kMaxExperts = 65536;
+
+void check_experts(const RawTensor& t) {
+  check(t.shape[0] <= kMaxExperts && (t.nbytes > 0 || t.shape[0] == 0), "mlx: file '", t.file, "': tensor '",
+        printable(t.name), "': stacked experts ", t.dtype, " ", shape_str(t.shape), " (expected 1 to ", kMaxExperts,
+        " non-empty experts)");
+}
+
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   check(bool(in), "mlx: cannot read '", p.string(), "'");
@@ -53,6 +63,7 @@ struct QuantSpec {
 class QuantConfig {
  public:
   QuantConfig(const std::string& text, const std::string& file) : file_(file) {
+    check(json_depth(text) <= kMaxJsonDepth, "mlx: file '", file, "' nests deeper than ", kMaxJsonDepth, " levels");
     rapidjson::Document doc;
     doc.Parse(text.data(), text.size());
     check(!doc.HasParseError() && doc.IsObject(), "mlx: file '", file, "' is not a JSON object");
@@ -70,7 +81,7 @@ class QuantConfig {
       const std::string key = it->name.GetString();
       if (it->value.IsObject()) {
         QuantSpec s = global_;
-        read_spec(it->value, "quantization." + key, s);
+        read_spec(it->value, "quantization." + printable(key), s);
         modules_[key] = s;
       } else if (it->value.IsBool()) {
         if (!it->value.GetBool()) modules_[key] = std::nullopt;
@@ -83,12 +94,12 @@ class QuantConfig {
 
   // The spec of a module that has scales. Errors: no block at all; the module marked unquantized.
   QuantSpec spec(const std::string& module, const std::string& tensor) const {
-    check(present_, "mlx: file '", file_, "': tensor '", tensor,
+    check(present_, "mlx: file '", file_, "': tensor '", printable(tensor),
           "' has MLX scales, but the config carries no 'quantization' block");
     auto it = modules_.find(module);
     if (it == modules_.end()) return global_;
-    check(it->second.has_value(), "mlx: file '", file_, "': tensor '", tensor, "' has MLX scales, but quantization.",
-          module, " is false (not quantized)");
+    check(it->second.has_value(), "mlx: file '", file_, "': tensor '", printable(tensor),
+          "' has MLX scales, but quantization.", printable(module), " is false (not quantized)");
     return *it->second;
   }
 
@@ -133,17 +144,20 @@ std::vector<fs::path> folder_files(const fs::path& dir) {
   if (is_file(dir / kIndex)) {
     rapidjson::Document doc;
     const std::string text = read_text(dir / kIndex);
+    check(json_depth(text) <= kMaxJsonDepth, "mlx: index '", (dir / kIndex).string(), "' nests deeper than ",
+          kMaxJsonDepth, " levels");
     doc.Parse(text.data(), text.size());
     check(!doc.HasParseError() && doc.IsObject() && doc.HasMember("weight_map") && doc["weight_map"].IsObject(),
           "mlx: index '", (dir / kIndex).string(), "' has no weight_map object");
     std::set<std::string> names;
     for (const auto& m : doc["weight_map"].GetObject()) {
-      check(m.value.IsString(), "mlx: index '", (dir / kIndex).string(), "': weight_map entry '", m.name.GetString(),
-            "' is not a file name");
+      check(m.value.IsString(), "mlx: index '", (dir / kIndex).string(), "': weight_map entry '",
+            printable(m.name.GetString()), "' is not a file name");
       names.insert(m.value.GetString());
     }
     for (const auto& n : names) {
-      check(is_file(dir / n), "mlx: index '", (dir / kIndex).string(), "' names '", n, "', which is not in the folder");
+      check(is_file(dir / n), "mlx: index '", (dir / kIndex).string(), "' names '", printable(n),
+            "', which is not in the folder");
       files.push_back(dir / n);
     }
     return files;
@@ -167,7 +181,7 @@ class MlxCheckpoint final : public Checkpoint {
       files_.push_back(std::make_unique<MappedFile>(f.string()));
       for (const RawTensor& t : files_.back()->tensors()) {
         auto [it, fresh] = raw_.emplace(t.name, &t);
-        check(fresh, "mlx: tensor '", t.name, "' is in both '", it->second->file, "' and '", t.file, "'");
+        check(fresh, "mlx: tensor '", printable(t.name), "' is in both '", it->second->file, "' and '", t.file, "'");
       }
     }
     std::vector<std::string> names;
@@ -182,14 +196,15 @@ class MlxCheckpoint final : public Checkpoint {
         add_float(t);
         continue;
       }
-      const std::string at = "mlx: file '" + t.file + "': tensor '" + n + "'";
+      const std::string at = "mlx: file '" + t.file + "': tensor '" + printable(n) + "'";
       if (t.dtype == "U32" && ends_with(n, ".weight"))
-        fail(at, " is U32 (an MLX-quantized weight), but '", n.substr(0, n.size() - 7), ".scales' is missing");
+        fail(at, " is U32 (an MLX-quantized weight), but '", printable(n.substr(0, n.size() - 7)),
+             ".scales' is missing");
       fail(at, " has dtype ", t.dtype, ", which is neither a float tensor nor part of a quantized module");
     }
     for (size_t i = 0; i < tensors_.size(); ++i) {
       auto [it, fresh] = index_.emplace(tensors_[i].name, i);
-      check(fresh, "mlx: folder '", path, "': two tensors map to '", tensors_[i].name, "'");
+      check(fresh, "mlx: folder '", path, "': two tensors map to '", printable(tensors_[i].name), "'");
     }
   }
 
@@ -218,6 +233,7 @@ class MlxCheckpoint final : public Checkpoint {
     const size_t dot = t.name.rfind('.');
     const std::string module = dot == std::string::npos ? t.name : t.name.substr(0, dot);
     if (dot != std::string::npos && expert_stack(module, base, proj) && t.shape.size() >= 2) {
+      check_experts(t);
       const int64_t e = t.shape[0];
       const size_t per = e > 0 ? t.nbytes / size_t(e) : 0;
       for (int64_t j = 0; j < e; ++j)
@@ -240,37 +256,39 @@ class MlxCheckpoint final : public Checkpoint {
     const RawTensor* w = take(module + ".weight");
     const RawTensor* b = take(module + ".biases");
     const RawTensor* g = take(module + ".global_scale");
-    check(w != nullptr, "mlx: file '", s->file, "': tensor '", s->name, "' has no '", module, ".weight' beside it");
-    const std::string at = "mlx: file '" + w->file + "': tensor '" + w->name + "'";
+    check(w != nullptr, "mlx: file '", s->file, "': tensor '", printable(s->name), "' has no '", printable(module),
+          ".weight' beside it");
+    const std::string at = "mlx: file '" + w->file + "': tensor '" + printable(w->name) + "'";
     const QuantSpec spec = quant.spec(module, w->name);
     std::string base, proj;
     const bool stacked = expert_stack(module, base, proj);
     check(w->dtype == "U32" && w->shape.size() == (stacked ? 3u : 2u), at, ": expected U32 ",
           stacked ? "[experts, out, words]" : "[out, words]", ", found ", w->dtype, " ", shape_str(w->shape));
+    if (stacked) check_experts(*w);
     const int64_t e = stacked ? w->shape[0] : 1, n = w->shape[w->shape.size() - 2], words = w->shape.back();
     check(e > 0 && n > 0 && words > 0, at, ": empty shape ", shape_str(w->shape));
     std::vector<int64_t> lead(w->shape.begin(), w->shape.end() - 1);  // [E,] N
 
     auto companion = [&](const RawTensor* c, const char* suffix, int64_t cols, const char* dtypes, bool want_half) {
-      check(c != nullptr, at, ": its '", module, ".", suffix, "' (", spec.mode, ") is missing");
+      check(c != nullptr, at, ": its '", printable(module), ".", suffix, "' (", spec.mode, ") is missing");
       std::vector<int64_t> shape = lead;
       shape.push_back(cols);
       Half h;
       const bool dtype_ok = want_half ? half_type(c->dtype, h) : c->dtype == "U8";
-      check(dtype_ok && c->shape == shape, "mlx: file '", c->file, "': tensor '", c->name, "': expected ", dtypes, " ",
-            shape_str(shape), " for ", spec.mode, " weights ", shape_str(w->shape), ", found ", c->dtype, " ",
-            shape_str(c->shape));
+      check(dtype_ok && c->shape == shape, "mlx: file '", c->file, "': tensor '", printable(c->name), "': expected ",
+            dtypes, " ", shape_str(shape), " for ", spec.mode, " weights ", shape_str(w->shape), ", found ", c->dtype,
+            " ", shape_str(c->shape));
     };
     auto none = [&](const RawTensor* c) {
-      check(c == nullptr, "mlx: file '", c ? c->file : "", "': tensor '", c ? c->name : "", "' has no meaning in ",
-            spec.mode, " mode");
+      check(c == nullptr, "mlx: file '", c ? c->file : "", "': tensor '", c ? printable(c->name) : "",
+            "' has no meaning in ", spec.mode, " mode");
     };
 
     std::string dtype;
     int64_t k = 0, row_bytes = 0;
     std::vector<float> multipliers;
     Half half = Half::F16;
-    const std::string mode_at = "mlx: file '" + quant.file() + "': tensor '" + w->name + "'";
+    const std::string mode_at = "mlx: file '" + quant.file() + "': tensor '" + printable(w->name) + "'";
     if (spec.mode == "iq2_xxs") {
       k = words * 16;
       check(k % kIq2Block == 0, at, ": rows of ", k, " elements (", words,
@@ -290,8 +308,8 @@ class MlxCheckpoint final : public Checkpoint {
         int64_t count = 1;
         for (int64_t d : g->shape) count *= d;
         check((is_float(g->dtype) || g->dtype == "F64") && (count == 1 || count == e), "mlx: file '", g->file,
-              "': tensor '", g->name, "': expected one float", e > 1 ? " or one per expert" : "", ", found ", g->dtype,
-              " ", shape_str(g->shape));
+              "': tensor '", printable(g->name), "': expected one float", e > 1 ? " or one per expert" : "",
+              ", found ", g->dtype, " ", shape_str(g->shape));
         for (int64_t j = 0; j < e; ++j) {
           const uint8_t* p = g->data + (count == 1 ? 0 : size_t(j) * element_bytes(g->dtype));
           double v;
@@ -318,13 +336,14 @@ class MlxCheckpoint final : public Checkpoint {
             " elements is not whole Q8_0 blocks of 32 (tandem reads groups of 32, 64, 96, …)");
       companion(s, "scales", k / spec.group_size, "F16 or BF16", true);
       companion(b, "biases", k / spec.group_size, "F16 or BF16", true);
-      check(b->dtype == s->dtype, "mlx: file '", b->file, "': tensor '", b->name, "' is ", b->dtype, ", its scales ",
-            s->dtype);
+      check(b->dtype == s->dtype, "mlx: file '", b->file, "': tensor '", printable(b->name), "' is ", b->dtype,
+            ", its scales ", s->dtype);
       half_type(s->dtype, half);
       none(g);
       dtype = "Q8_0", row_bytes = k / kQ8Block * kQ8Bytes;
     } else {
-      fail(mode_at, ": unknown quantization mode '", spec.mode, "' (tandem reads iq2_xxs, nvfp4 and 8-bit affine)");
+      fail(mode_at, ": unknown quantization mode '", printable(spec.mode),
+           "' (tandem reads iq2_xxs, nvfp4 and 8-bit affine)");
     }
 
     const int64_t rows = e * n;

@@ -30,37 +30,42 @@ uint64_t read_u64le(const uint8_t* p) {
 void parse_header(const char* json, size_t n, const uint8_t* data, uint64_t data_size, const std::string& file,
                   std::vector<RawTensor>& out) {
   const std::string at = "mlx: file '" + file + "': ";
+  check(json_depth({json, n}) <= kMaxJsonDepth, at, "the safetensors header nests deeper than ", kMaxJsonDepth,
+        " levels");
   rapidjson::Document doc;
   doc.Parse(json, n);
   check(!doc.HasParseError() && doc.IsObject(), at, "the safetensors header is not a JSON object");
   for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
     const std::string name(it->name.GetString(), it->name.GetStringLength());
     if (name == "__metadata__") continue;
+    const std::string shown = printable(name);
     const auto& v = it->value;
-    check(v.IsObject(), at, "tensor '", name, "': header entry is not an object");
+    check(v.IsObject(), at, "tensor '", shown, "': header entry is not an object");
     auto dt = v.FindMember("dtype"), sh = v.FindMember("shape"), off = v.FindMember("data_offsets");
-    check(dt != v.MemberEnd() && dt->value.IsString(), at, "tensor '", name, "': no dtype string");
-    check(sh != v.MemberEnd() && sh->value.IsArray(), at, "tensor '", name, "': no shape list");
+    check(dt != v.MemberEnd() && dt->value.IsString(), at, "tensor '", shown, "': no dtype string");
+    check(sh != v.MemberEnd() && sh->value.IsArray(), at, "tensor '", shown, "': no shape list");
     check(off != v.MemberEnd() && off->value.IsArray() && off->value.Size() == 2 && off->value[0].IsUint64() &&
               off->value[1].IsUint64(),
-          at, "tensor '", name, "': data_offsets is not a pair of offsets");
+          at, "tensor '", shown, "': data_offsets is not a pair of offsets");
     RawTensor t;
     t.name = name;
     t.dtype = dt->value.GetString();
     t.file = file;
     const size_t eb = element_bytes(t.dtype);
-    check(eb != 0, at, "tensor '", name, "': unknown dtype '", t.dtype, "'");
+    check(eb != 0, at, "tensor '", shown, "': unknown dtype '", printable(t.dtype), "'");
     uint64_t numel = 1;
     for (const auto& d : sh->value.GetArray()) {
-      check(d.IsUint64() && d.GetUint64() < (uint64_t(1) << 40), at, "tensor '", name, "': bad shape entry");
+      check(d.IsUint64() && d.GetUint64() < (uint64_t(1) << 40), at, "tensor '", shown, "': bad shape entry");
       t.shape.push_back(int64_t(d.GetUint64()));
+      // Checked before multiplying: three dimensions of 2^39 would wrap the product to 0 bytes.
+      check(d.GetUint64() == 0 || numel < (uint64_t(1) << 44) / d.GetUint64(), at, "tensor '", shown, "': shape ",
+            shape_str(t.shape), "… has more than 2^44 elements");
       numel *= d.GetUint64();
-      check(numel < (uint64_t(1) << 44), at, "tensor '", name, "': shape too large");
     }
     const uint64_t b = off->value[0].GetUint64(), e = off->value[1].GetUint64();
-    check(b <= e && e <= data_size, at, "tensor '", name, "': data_offsets [", b, ", ", e, "] outside the ",
+    check(b <= e && e <= data_size, at, "tensor '", shown, "': data_offsets [", b, ", ", e, "] outside the ",
           data_size, " data bytes");
-    check(e - b == numel * eb, at, "tensor '", name, "': ", t.dtype, " ", shape_str(t.shape), " needs ", numel * eb,
+    check(e - b == numel * eb, at, "tensor '", shown, "': ", t.dtype, " ", shape_str(t.shape), " needs ", numel * eb,
           " bytes, data_offsets give ", e - b);
     t.data = data + b;
     t.nbytes = size_t(e - b);
@@ -70,6 +75,35 @@ void parse_header(const char* json, size_t n, const uint8_t* data, uint64_t data
 }
 
 }  // namespace
+
+std::string printable(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
+}
+
+// The deepest nesting of brackets in JSON text (brackets inside strings not counted). RapidJSON frees
+// (and without kParseIterativeFlag parses) values recursively, so a hostile file of nested brackets
+// would overflow the stack: such text is refused before parsing.
+size_t json_depth(std::string_view s) {
+  size_t depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
 
 size_t element_bytes(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
@@ -120,6 +154,7 @@ std::vector<std::string> header_names(const std::string& path) {
   if (n > kMaxHeader) return {};
   std::string json(size_t(n), '\0');
   if (!in.read(json.data(), std::streamsize(n))) return {};
+  if (json_depth(json) > kMaxJsonDepth) return {};
   rapidjson::Document doc;
   doc.Parse(json.data(), json.size());
   if (doc.HasParseError() || !doc.IsObject()) return {};

@@ -5,6 +5,7 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +17,29 @@ namespace {
 
 constexpr const char* kLegacyName = "hf_quant_config.json";
 constexpr const char* kSupported = "NVFP4, W4A16_NVFP4, FP8, FP8_PER_CHANNEL_PER_TOKEN, MIXED_PRECISION";
+
+// The deepest nesting of brackets in JSON text (brackets inside strings not counted). RapidJSON parses
+// iteratively here but frees values recursively, so a hostile file of nested brackets
+// would overflow the stack: such text is refused before parsing.
+size_t json_depth(const std::string& s) {
+  size_t depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+constexpr size_t kMaxDepth = 64;
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -32,6 +56,10 @@ std::string read_text(const fs::path& p) {
 
 bool parse(const fs::path& p, rapidjson::Document& doc, bool quiet) {
   const std::string text = read_text(p);
+  if (json_depth(text) > kMaxDepth) {
+    if (quiet) return false;
+    fail("nvfp4: '", p.string(), "' nests deeper than ", kMaxDepth, " levels");
+  }
   doc.Parse<rapidjson::kParseIterativeFlag>(text.data(), text.size());
   if (doc.HasParseError() || !doc.IsObject()) {
     if (quiet) return false;
@@ -80,7 +108,7 @@ void add_patterns(const rapidjson::Value& v, const char* key, const std::string&
 Storage storage_of(const std::string& algo, const std::string& at, const std::string& where) {
   if (algo == "NVFP4" || algo == "W4A16_NVFP4") return Storage::NVFP4;
   if (algo == "FP8" || algo == "FP8_PER_CHANNEL_PER_TOKEN") return Storage::FP8;
-  fail("nvfp4: ", at, ": ", where, "quant_algo '", algo, "' is not one tandem reads (", kSupported, ")");
+  fail("nvfp4: ", at, ": ", where, "quant_algo '", printable(algo), "' is not one tandem reads (", kSupported, ")");
 }
 
 void check_group_size(const rapidjson::Value& v, const std::string& at, const std::string& where, int& out) {
@@ -104,7 +132,7 @@ QuantConfig read_fields(const rapidjson::Value& q, const std::string& file) {
   if (const rapidjson::Value* groups = member(q, "config_groups"); groups && groups->IsObject())
     for (const auto& g : groups->GetObject())
       if (const rapidjson::Value* w = member(g.value, "weights"))
-        check_group_size(*w, file, "config_groups." + std::string(g.name.GetString()) + ".weights: ", c.group_size);
+        check_group_size(*w, file, "config_groups." + printable(g.name.GetString()) + ".weights: ", c.group_size);
   if (const rapidjson::Value* kv = member(q, "kv_cache_quant_algo")) {
     if (!kv->IsString()) fail("nvfp4: ", file, ": field 'kv_cache_quant_algo' is not a string");
     c.kv_cache_quant_algo = kv->GetString();
@@ -116,7 +144,7 @@ QuantConfig read_fields(const rapidjson::Value& q, const std::string& file) {
     if (!layers || !layers->IsObject())
       fail("nvfp4: ", file, ": quant_algo MIXED_PRECISION needs a 'quantized_layers' object");
     for (const auto& m : layers->GetObject()) {
-      const std::string name = m.name.GetString(), where = "quantized_layers['" + name + "']: ";
+      const std::string name = m.name.GetString(), where = "quantized_layers['" + printable(name) + "']: ";
       if (!m.value.IsObject()) fail("nvfp4: ", file, ": ", where, "expected an object with quant_algo");
       const std::string algo = string_field(m.value, "quant_algo", file + ": " + where, true);
       const Storage s = storage_of(algo, file, where);
@@ -131,6 +159,13 @@ QuantConfig read_fields(const rapidjson::Value& q, const std::string& file) {
 }
 
 }  // namespace
+
+std::string printable(const std::string& s) {
+  std::string out = s;
+  for (char& ch : out)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  return out;
+}
 
 const char* storage_name(Storage s) {
   switch (s) {

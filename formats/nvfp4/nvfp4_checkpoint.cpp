@@ -71,25 +71,28 @@ void check_against_config(const Checkpoint& ckpt, const QuantConfig& c) {
     const std::optional<Storage> s = stored_as(t);
     if (!s) continue;
     const std::string module = t.name.substr(0, t.name.size() - 7);
-    const std::string stored = std::string(storage_name(*s)) + " (" + t.dtype + " '" + t.name + "' in '" + t.file + "')";
+    const std::string stored =
+        std::string(storage_name(*s)) + " (" + t.dtype + " '" + printable(t.name) + "' in '" + t.file + "')";
     const std::string pattern = c.excluded_by(module);
     if (!pattern.empty()) {
       if (*s != Storage::Dense)
-        fail("nvfp4: ", c.file, " excludes module '", module, "' (pattern '", pattern, "'), but it is stored as ", stored);
+        fail("nvfp4: ", c.file, " excludes module '", printable(module), "' (pattern '", printable(pattern),
+             "'), but it is stored as ", stored);
       continue;
     }
     if (c.mixed()) {
       auto it = c.layers.find(module);
       if (it == c.layers.end()) {
         if (*s != Storage::Dense)
-          fail("nvfp4: ", c.file, ": module '", module, "' is stored as ", stored,
+          fail("nvfp4: ", c.file, ": module '", printable(module), "' is stored as ", stored,
                ", but quantized_layers does not list it");
       } else if (it->second != *s) {
-        fail("nvfp4: ", c.file, ": quantized_layers lists module '", module, "' as ", storage_name(it->second),
-             ", but it is stored as ", stored);
+        fail("nvfp4: ", c.file, ": quantized_layers lists module '", printable(module), "' as ",
+             storage_name(it->second), ", but it is stored as ", stored);
       }
     } else if (*s != Storage::Dense && *s != c.uniform()) {
-      fail("nvfp4: ", c.file, ": quant_algo ", c.quant_algo, ", but module '", module, "' is stored as ", stored);
+      fail("nvfp4: ", c.file, ": quant_algo ", printable(c.quant_algo), ", but module '", printable(module),
+           "' is stored as ", stored);
     }
   }
 }

@@ -18,13 +18,13 @@ int64_t numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-std::string where(const RawTensor& t) { return "nvfp4: '" + t.file + "': tensor '" + t.name + "'"; }
+std::string where(const RawTensor& t) { return "nvfp4: '" + t.file + "': tensor '" + printable(t.name) + "'"; }
 
 const RawTensor& need(const TensorGroup& g, const RawTensor& weight, const char* suffix, const char* what) {
   const RawTensor* t = g.member(suffix);
   if (!t)
-    fail("nvfp4: '", weight.file, "': tensor '", g.prefix, ".", suffix, "' is missing (", weight.dtype, " weight '",
-         weight.name, "' ", shape_str(weight.shape), " needs ", what, ")");
+    fail("nvfp4: '", weight.file, "': tensor '", printable(g.prefix), ".", suffix, "' is missing (", weight.dtype,
+         " weight '", printable(weight.name), "' ", shape_str(weight.shape), " needs ", what, ")");
   return *t;
 }
 
@@ -65,6 +65,10 @@ Layout parse_group(const TensorGroup& g) {
   l.file = w.file;
   if (w.shape.size() != 2) fail(where(w), ": ", w.dtype, " weight has shape ", shape_str(w.shape), ", expected 2-D");
   l.out = w.shape[0];
+  // An empty weight is refused: only a non-empty one bounds its dimensions by the file's bytes ([2^40, 0]
+  // holds none, yet would size the per-row scales to terabytes, and [0, 2^62]'s inputs overflow).
+  if (w.shape[0] <= 0 || w.shape[1] <= 0)
+    fail(where(w), ": ", w.dtype, " weight has shape ", shape_str(w.shape), ", expected a non-empty matrix");
   if (w.dtype == "U8") {
     l.storage = Storage::NVFP4;
     l.in = 2 * w.shape[1];

@@ -30,6 +30,9 @@ int run_one(F&& f) {
       std::fprintf(stderr, "fuzz: a rejection must be one line, got: [%s]\n", what);
       std::abort();
     }
+    // Replaying a seed or an input by hand: TANDEM_FUZZ_VERBOSE=1 says why it was rejected.
+    static const bool verbose = std::getenv("TANDEM_FUZZ_VERBOSE") != nullptr;
+    if (verbose) std::fprintf(stderr, "fuzz: rejected: %s\n", what);
   }
   return 0;
 }

@@ -297,6 +297,99 @@ def write_chat_template():
         put("chat_template", "case_%02d.jinja" % i, c["source"] + "\0" + variables)
 
 
+# --- NVFP4 / ModelOpt (spec/formats.md § 6): a selector byte, the config, a NUL, a safetensors file -----
+# Selector bit 0: the config is hf_quant_config.json (else config.json); bit 1: a plain config.json too.
+def e4m3_scales(n):
+    return bytes(rng.randrange(0x20, 0x48) for _ in range(n))  # non-negative, finite
+
+
+def fp8_weights(n):
+    return bytes(rng.choice([b for b in range(256) if b & 0x7F != 0x7F]) for _ in range(n))
+
+
+def nvfp4_module(prefix, out, inp, input_scale=True):
+    t = [(prefix + ".weight", "U8", [out, inp // 2], bytes(rng.randrange(256) for _ in range(out * inp // 2))),
+         (prefix + ".weight_scale", "F8_E4M3", [out, inp // 16], e4m3_scales(out * inp // 16)),
+         (prefix + ".weight_scale_2", "F32", [], struct.pack("<f", 0.0125))]
+    if input_scale:
+        t.append((prefix + ".input_scale", "F32", [], struct.pack("<f", 0.5)))
+    return t
+
+
+def fp8_module(prefix, out, inp, per_row):
+    scale = f32s(out) if per_row else struct.pack("<f", 0.03)
+    return [(prefix + ".weight", "F8_E4M3", [out, inp], fp8_weights(out * inp)),
+            (prefix + ".weight_scale", "F32", [out] if per_row else [], scale)]
+
+
+def folder_input(selector, config, tensors):
+    return bytes([selector]) + json.dumps(config).encode() + b"\0" + safetensors(tensors)
+
+
+def write_nvfp4():
+    layer = "backbone.layers.%d.mixer.%s"
+    put("nvfp4", "nvfp4_legacy.bin", folder_input(1, {
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                         "exclude_modules": ["lm_head", "backbone.layers.1*"]}},
+        nvfp4_module(layer % (0, "in_proj"), 4, 32) + [
+            (layer % (1, "out_proj") + ".weight", "BF16", [4, 8], bf16s(32)),
+            ("lm_head.weight", "F16", [6, 8], f16s(48)), ("backbone.norm_f.weight", "F32", [8], f32s(8))]))
+    put("nvfp4", "mixed_config_json.bin", folder_input(0, {
+        "architectures": ["NemotronHForCausalLM"],
+        "quantization_config": {
+            "quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8",
+            "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 16}}},
+            "ignore": ["lm_head"],
+            "quantized_layers": {layer % (0, "in_proj"): {"quant_algo": "NVFP4", "group_size": 16},
+                                 layer % (0, "out_proj"): {"quant_algo": "FP8"}}}},
+        nvfp4_module(layer % (0, "in_proj"), 2, 64, input_scale=False) + fp8_module(layer % (0, "out_proj"), 4, 8, True) +
+        [("lm_head.weight", "BF16", [4, 8], bf16s(32))]))
+    put("nvfp4", "fp8_both_files.bin", folder_input(3, {
+        "quantization": {"quant_algo": "FP8", "exclude_modules": ["*.mixer.gate", "lm_?ead"]}},
+        fp8_module("backbone.layers.0.mixer.experts.0.up_proj", 3, 4, False) +
+        fp8_module("backbone.layers.0.mixer.experts.1.up_proj", 1, 4, True) +
+        [("backbone.layers.0.mixer.gate.weight", "F32", [2, 4], f32s(8))]))
+
+
+# --- MLX (spec/formats.md § 7): a selector byte (unused), config.json, a NUL, model.safetensors ----------
+def u32_words(n):
+    return bytes(rng.randrange(256) for _ in range(4 * n))
+
+
+def affine8_module(prefix, n, k, group):
+    g = n * (k // group)
+    scales = [rng.choice([2.0 ** -8, 2.0 ** -7, 0.0078125 * 1.5]) for _ in range(g)]
+    return [(prefix + ".weight", "U32", [n, k // 4], u32_words(n * k // 4)),
+            (prefix + ".scales", "F16", [n, k // group], b"".join(struct.pack("<e", v) for v in scales)),
+            (prefix + ".biases", "F16", [n, k // group], b"".join(struct.pack("<e", -128 * v) for v in scales))]
+
+
+def write_mlx():
+    put("mlx", "affine8.bin", folder_input(0, {
+        "model_type": "nemotron_h", "quantization": {"group_size": 32, "bits": 8, "mode": "affine"},
+        "quantization_config": {"group_size": 32, "bits": 8}},
+        affine8_module("backbone.layers.0.mixer.in_proj", 2, 64, 32) +
+        [("backbone.embeddings.weight", "BF16", [8, 4], bf16s(32))]))
+    stack = "backbone.layers.1.mixer.switch_mlp.fc1"
+    put("mlx", "nvfp4_experts.bin", folder_input(0, {
+        "model_type": "nemotron_h", "quantization": {"group_size": 16, "bits": 4, "mode": "nvfp4"}},
+        [(stack + ".weight", "U32", [2, 2, 8], u32_words(32)),
+         (stack + ".scales", "U8", [2, 2, 4], e4m3_scales(16)),
+         (stack + ".global_scale", "F32", [2], struct.pack("<2f", 2688.0, 1344.0)),
+         ("backbone.layers.0.mixer.out_proj.weight", "U32", [2, 8], u32_words(16)),
+         ("backbone.layers.0.mixer.out_proj.scales", "U8", [2, 4], e4m3_scales(8))]))
+    put("mlx", "iq2_xxs_override.bin", folder_input(0, {
+        "model_type": "nemotron_h",
+        "quantization": {"group_size": 256, "bits": 2, "mode": "iq2_xxs", "lm_head": False,
+                         "backbone.layers.0.mixer.up_proj": {"group_size": 32, "bits": 8, "mode": "affine"}}},
+        [("backbone.layers.0.mixer.down_proj.weight", "U32", [2, 16], u32_words(32)),
+         ("backbone.layers.0.mixer.down_proj.scales", "F16", [2, 1], f16s(2, 0.001, 0.01)),
+         ("lm_head.weight", "BF16", [4, 8], bf16s(32)),
+         ("backbone.layers.2.mixer.switch_mlp.fc2.weight", "BF16", [2, 4, 4], bf16s(32))] +
+        affine8_module("backbone.layers.0.mixer.up_proj", 1, 32, 32)))
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
@@ -307,6 +400,8 @@ def main():
     write_profile()
     write_tokenizer()
     write_chat_template()
+    write_nvfp4()
+    write_mlx()
 
 
 if __name__ == "__main__":

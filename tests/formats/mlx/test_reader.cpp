@@ -357,5 +357,34 @@ TEST(MlxFiles, BadSafetensorsAreOneLineErrorsNamingTheFile) {
   EXPECT_EQ(ok.tensors()[0].nbytes, 8u);
 }
 
+// Found reading the reader while fuzz_mlx was written (docs/fuzzing.md): a shape whose element count
+// wraps to 0 (three dimensions of 2^39) was accepted with no bytes, a [2^39, 0] stack of float experts
+// was split into 2^39 views (an out-of-memory), a name holding a newline broke the one-line error, and
+// deep nesting overflowed the stack of RapidJSON's recursive parser.
+TEST(MlxFiles, HostileShapesAndNamesAreOneLineErrors) {
+  TempDir tmp("tandem-mlx");
+  const std::string p = tmp.file("m.safetensors");
+  write_raw(p, R"({"w": {"dtype": "U32", "shape": [549755813888, 549755813888, 549755813888], "data_offsets": [0, 0]}})",
+            0);
+  expect_error([&] { mlx::MappedFile f(p); }, {p, "'w'", "more than 2^44 elements"});
+
+  const std::string dir = tmp.file("folder");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "nemotron_h"})";
+  write_raw(dir + "/model.safetensors",
+            R"({"b.mixer.switch_mlp.fc1.weight": {"dtype": "BF16", "shape": [549755813888, 0], "data_offsets": [0, 0]}})", 0);
+  expect_error([&] { mlx::open_folder(dir); },
+               {"model.safetensors", "'b.mixer.switch_mlp.fc1.weight'", "stacked experts BF16 [549755813888, 0]"});
+
+  write_raw(dir + "/model.safetensors", R"({"a\nb.weight": {"dtype": "U32", "shape": [1, 1], "data_offsets": [0, 4]}})", 4);
+  expect_error([&] { mlx::open_folder(dir); }, {"'a?b.weight' is U32", "'a?b.scales' is missing"});
+  write_raw(dir + "/model.safetensors", R"({"a\nb": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}})", 1);
+  expect_error([&] { mlx::open_folder(dir); }, {"'a?b'", "unknown dtype 'Q9'"});
+  // A million nested lists in config.json overflowed the stack of RapidJSON's recursive parser.
+  std::ofstream(dir + "/config.json") << "{\"a\": " << std::string(1000000, '[') << std::string(1000000, ']') << "}";
+  expect_error([&] { mlx::open_folder(dir); }, {"config.json", "nests deeper than 64 levels"});
+  EXPECT_EQ(mlx::probe_folder(dir), 0);
+}
+
 }  // namespace
 }  // namespace tandem::test

@@ -289,6 +289,38 @@ TEST(Nvfp4Checkpoint, ShardedFolderIsReadThroughItsIndex) {
   EXPECT_NE(a->layout().file.find("00001"), std::string::npos);
 }
 
+// Found reading the reader while fuzz_nvfp4 was written (docs/fuzzing.md): an empty weight of 2^40 rows
+// sized its per-row scales to terabytes (an out-of-memory), names or config values holding a newline
+// broke the one-line error, and a deeply nested config overflowed the stack when freed.
+TEST(Nvfp4Tensor, HostileShapesAndNamesAreOneLineErrors) {
+  TempDir d("tandem-nvfp4");
+  const int64_t huge = int64_t(1) << 40;
+  {
+    std::vector<st::WriteTensor> t = {{"m.a.weight", "U8", {huge, 0}, {}},
+                                      {"m.a.weight_scale", "F8_E4M3", {huge, 0}, {}},
+                                      st::make_f32("m.a.weight_scale_2", {}, {0.5f}),
+                                      {"m.b.weight", "F8_E4M3", {huge, 0}, {}},
+                                      st::make_f32("m.b.weight_scale", {}, {0.5f})};
+    auto c = open_modelopt(folder(d, "empty", t, kPlainConfig, hf_quant("MIXED_PRECISION", "[]",
+        R"(, "quantized_layers": {"m.a": {"quant_algo": "NVFP4"}, "m.b": {"quant_algo": "FP8"}})")));
+    expect_error([&] { load(*c, "m.a"); }, {"'m.a.weight'", "U8 weight has shape [1099511627776, 0]", "non-empty"});
+    expect_error([&] { load(*c, "m.b"); }, {"'m.b.weight'", "F8_E4M3 weight has shape [1099511627776, 0]"});
+  }
+  Fixture f;
+  auto t = f.tensors();
+  for (auto& x : t)
+    if (x.name.rfind("m.a.", 0) == 0) x.name.insert(1, "\n");
+  expect_error([&] { open_modelopt(folder(d, "name", t, kPlainConfig, hf_quant("FP8"))); },
+               {"quant_algo FP8", "module 'm?.a' is stored as NVFP4", "'m?.a.weight'"});
+  expect_error([&] { open_modelopt(folder(d, "algo", f.tensors(), kPlainConfig, hf_quant("NV\\u000aFP4"))); },
+               {"quant_algo 'NV?FP4' is not one"});
+  // A million nested lists: RapidJSON frees them recursively, which overflowed the stack.
+  const std::string deep = R"({"quantization": {"quant_algo": "NVFP4", "x": )" + std::string(1000000, '[') +
+                           std::string(1000000, ']') + "}}";
+  expect_error([&] { open_modelopt(folder(d, "deep", f.tensors(), kPlainConfig, deep)); },
+               {"hf_quant_config.json", "nests deeper than 64 levels"});
+}
+
 TEST(Nvfp4Tensor, MalformedGroupsNameTheFileAndTensor) {
   TempDir d("tandem-nvfp4");
   Fixture f;
