@@ -214,14 +214,6 @@ void parse_draft(const Node& d, const std::string& src, DraftOptions& o) {
           "positive seconds, item ", i, " is ", o.verify_costs[i]);
 }
 
-// Keys, values and yaml-cpp's messages come from the file: control characters (a quoted "a\nb" key,
-// an escape yaml-cpp quotes back) must not break the one-line error.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
-}
-
 Profile parse_root(const YAML::Node& root, const std::string& source) {
   Profile p;
   p.source = source;
@@ -268,16 +260,16 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    fail(source, ": invalid YAML at line ", e.mark.line + 1, ": ", one_line(e.msg));
+    fail(source, ": invalid YAML at line ", e.mark.line + 1, ": ", printable(e.msg));
   }
   try {
     return parse_root(root, source);
   } catch (const Error& e) {
-    throw Error(one_line(e.what()));
+    throw Error(printable(e.what()));
   } catch (const YAML::Exception& e) {
     // A node yaml-cpp cannot convert where a scalar key belongs (a mapping or a list as a key).
     fail(source, ": invalid profile", e.mark.is_null() ? std::string() : " at line " + std::to_string(e.mark.line + 1),
-         ": ", one_line(e.msg));
+         ": ", printable(e.msg));
   }
 }
 

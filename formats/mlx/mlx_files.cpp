@@ -76,34 +76,7 @@ void parse_header(const char* json, size_t n, const uint8_t* data, uint64_t data
 
 }  // namespace
 
-std::string printable(const std::string& s) {
-  std::string out = s;
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return out;
-}
 
-// The deepest nesting of brackets in JSON text (brackets inside strings not counted). RapidJSON frees
-// (and without kParseIterativeFlag parses) values recursively, so a hostile file of nested brackets
-// would overflow the stack: such text is refused before parsing.
-size_t json_depth(std::string_view s) {
-  size_t depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 size_t element_bytes(const std::string& d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;

@@ -10,16 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/json_depth.h"
+#include "tandem/error.h"
 #include "tandem/weights.h"
 
 namespace tandem::mlx {
 
-// `s` (a tensor name, a config key or value: they come from the files) with control characters as '?',
-// so that a newline in one cannot break a one-line error.
-std::string printable(const std::string& s);
-
-// The deepest nesting of brackets in JSON text; every JSON read here is refused past kMaxJsonDepth.
-size_t json_depth(std::string_view text);
+// Every JSON read here is refused past this nesting depth (tandem/json_depth.h).
 constexpr size_t kMaxJsonDepth = 64;
 
 // Bytes per element of a safetensors dtype ("U32", "BF16", …); 0 when unknown.

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tandem/error.h"
+#include "tandem/json_depth.h"
 
 namespace tandem::nvfp4 {
 namespace fs = std::filesystem;
@@ -18,27 +19,6 @@ namespace {
 constexpr const char* kLegacyName = "hf_quant_config.json";
 constexpr const char* kSupported = "NVFP4, W4A16_NVFP4, FP8, FP8_PER_CHANNEL_PER_TOKEN, MIXED_PRECISION";
 
-// The deepest nesting of brackets in JSON text (brackets inside strings not counted). RapidJSON parses
-// iteratively here but frees values recursively, so a hostile file of nested brackets
-// would overflow the stack: such text is refused before parsing.
-size_t json_depth(const std::string& s) {
-  size_t depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 constexpr size_t kMaxDepth = 64;
 
 bool is_file(const fs::path& p) {
@@ -160,12 +140,6 @@ QuantConfig read_fields(const rapidjson::Value& q, const std::string& file) {
 
 }  // namespace
 
-std::string printable(const std::string& s) {
-  std::string out = s;
-  for (char& ch : out)
-    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
-  return out;
-}
 
 const char* storage_name(Storage s) {
   switch (s) {

@@ -32,10 +32,6 @@ struct QuantConfig {
   std::string excluded_by(const std::string& module) const;
 };
 
-// `s` (a tensor name, a module name or a value read from a config) with control characters as '?':
-// both come from the files, and a newline in one would break a one-line error.
-std::string printable(const std::string& s);
-
 // True when `dir` holds hf_quant_config.json or a config.json whose quantization_config says
 // "quant_method": "modelopt" (whatever its quant_algo: read_quant_config then names what is wrong).
 bool has_modelopt_config(const std::filesystem::path& dir);

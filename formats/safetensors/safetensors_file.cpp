@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "tandem/error.h"
+#include "tandem/json_depth.h"
 
 namespace tandem::safetensors {
 namespace {
@@ -34,26 +35,6 @@ uint64_t read_u64_le(const uint8_t* p) {
   return v;
 }
 
-// RapidJSON parses iteratively but frees values recursively; a hostile header of nested brackets
-// would overflow the stack on destruction, so refuse deep nesting before parsing.
-size_t json_depth(const char* s, size_t n) {
-  size_t depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < n; ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 struct Entry {
   RawTensor raw;
@@ -164,7 +145,7 @@ std::vector<RawTensor> parse_file(const uint8_t* bytes, size_t size, const std::
   const char* json = reinterpret_cast<const char*>(bytes + 8);
   const uint64_t buffer = size - 8 - n;
 
-  check(json_depth(json, n) <= 16, at, "header JSON nests deeper than 16 levels");
+  check(json_depth({json, n}) <= 16, at, "header JSON nests deeper than 16 levels");
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(json, n);
   check(!doc.HasParseError(), at, "header is not valid JSON: ", rapidjson::GetParseError_En(doc.GetParseError()),

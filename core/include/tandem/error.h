@@ -32,6 +32,14 @@ template <class... A>
   throw Error(os.str());
 }
 
+// Text from a file (a name, a key, a parser's message) made safe for a one-line error: control
+// characters become '?', so a newline in the text cannot break the line.
+inline std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
 // Note: the parts are evaluated even when ok is true; on hot paths, or where a part is only valid
 // when the check fails, write `if (!ok) fail(...)` instead.
 template <class... A>
