@@ -136,13 +136,13 @@ for key, name in [("ppl", "perplexity (pack)"), ("ref_ppl", "perplexity (base)")
     rel = abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))
     flag = "" if rel <= tol else "  > tolerance"
     if rel > tol:
-        fails.append(f"{name}: tandem {a:.6g}, llama.cpp {b:.6g}, relative difference {rel:.3%} > {tol:.1%}")
+        fails.append(f"{name}: tandem {a:.6g}, llama.cpp {b:.6g}, relative difference {rel:.3%} > {100 * tol:g}%")
     print(f"{name:22} {a:14.6f} {b:14.6f} {100 * rel:9.3f}%{flag}")
 print()
 if fails:
     print("FAIL: " + "; ".join(fails))
     sys.exit(1)
-print(f"PASS: every relative difference within {tol:.1%}, token ids identical")
+print(f"PASS: every relative difference within {100 * tol:g}%, token ids identical")
 EOF
 [[ ${KEEP:-0} == 1 || -n ${WORK:-} ]] || rm -rf "$work"
 exit "$rc"
