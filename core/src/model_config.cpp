@@ -209,8 +209,10 @@ ModelDesc parse_model_config(const std::string& json_text, const std::string& so
          rapidjson::GetParseError_En(doc.GetParseError()));
   check(doc.IsObject(), source, ": expected a JSON object");
   const Obj* root = &doc;
-  // Vision-language wrappers keep the text model under llm_config.
-  if (auto it = doc.FindMember("llm_config"); it != doc.MemberEnd() && it->value.IsObject()) root = &it->value;
+  // Vision-language wrappers keep the text model under llm_config (NVIDIA's VL and Omni configs) or,
+  // in transformers' multimodal convention, text_config.
+  for (const char* key : {"llm_config", "text_config"})
+    if (auto it = doc.FindMember(key); root == &doc && it != doc.MemberEnd() && it->value.IsObject()) root = &it->value;
   Fields f(*root, source);
 
   ModelDesc m;
@@ -278,6 +280,30 @@ ModelDesc parse_model_config(const std::string& json_text, const std::string& so
     }
   }
   check(!m.layers.empty(), source, ": the model has no layers");
+
+  const int64_t mtp = f.integer({"num_nextn_predict_layers"}, 0);
+  check(mtp >= 0 && mtp < 1024, source, ": num_nextn_predict_layers must be a small non-negative integer, found ", mtp);
+  m.mtp_layers = int(mtp);
+  auto letter = [](LayerKind k) {
+    return k == LayerKind::Mamba ? 'M' : k == LayerKind::Attention ? '*' : k == LayerKind::MoE ? 'E' : '-';
+  };
+  if (const Obj* p = f.get({"mtp_hybrid_override_pattern"})) {
+    check(p->IsString(), source, ": mtp_hybrid_override_pattern must be a string");
+    for (char c : std::string(p->GetString())) m.mtp_pattern += letter(kind_of_letter(c, source + " (mtp)"));
+  } else if (const Obj* l = f.get({"mtp_layers_block_type"})) {
+    check(l->IsArray(), source, ": mtp_layers_block_type must be a list");
+    for (const auto& v : l->GetArray()) {
+      check(v.IsString(), source, ": mtp_layers_block_type entries must be strings");
+      m.mtp_pattern += letter(kind_of_name(v.GetString(), source + " (mtp)"));
+    }
+  } else if (const Obj* b = f.get({"mtp_block_configs"})) {
+    check(b->IsArray(), source, ": mtp_block_configs must be a list");
+    for (const auto& v : b->GetArray()) {
+      check(v.IsObject(), source, ": mtp_block_configs entries must be objects");
+      Fields bf(v, source + ": mtp_block_configs");
+      m.mtp_pattern += letter(kind_of_name(bf.string({"block_type"}), source + " (mtp)"));
+    }
+  }
   return m;
 }
 

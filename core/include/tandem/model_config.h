@@ -72,11 +72,17 @@ struct ModelDesc {
   std::vector<LayerDesc> layers;
   std::vector<int> eos_ids;
   int64_t max_positions = 0;
+  // The multi-token-prediction head the config describes (num_nextn_predict_layers and its pattern,
+  // mtp_hybrid_override_pattern / mtp_layers_block_type / mtp_block_configs: "*E" for Super): recorded
+  // so a loader can name what it skips; no layer is built for it yet.
+  int mtp_layers = 0;
+  std::string mtp_pattern;  // "" when the config gives none
 
   std::string pattern() const;  // "MEM*E…"
 };
 
-// Parses config.json text. `source` names the file in errors. Unknown model types, missing or
+// Parses config.json text. `source` names the file in errors. A vision-language wrapper's text model is
+// read from its llm_config (NVIDIA's VL/Omni releases) or text_config. Unknown model types, missing or
 // ill-typed fields are errors that name the field.
 TANDEM_API ModelDesc parse_model_config(const std::string& json_text, const std::string& source);
 
