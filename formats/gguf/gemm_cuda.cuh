@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
 // ascending within each (a stable counting sort: each warp counts, then places, a contiguous segment
 // in order), and the tiles of up to kGemmBN items of one expert, experts ascending. Items with an id
 // out of range get NaN rows here (the GEMM never sees them). Shared memory: (kPlanWarps + 3) × E ints.
+// A template on the decoder only so that each instance lives in its type's file.
+template <class Q>
 __global__ void __launch_bounds__(kPlanWarps * 32) gather_plan_kernel(const int32_t* ids, int64_t n, int E,
                                                                       int64_t m, float* y, int32_t* items,
                                                                       int32_t* tile_e, int32_t* tile_start,
@@ -434,10 +436,10 @@ void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
     int32_t* ntiles = reinterpret_cast<int32_t*>(ws + l.ntiles);
     const size_t plan_smem = size_t(kPlanWarps + 3) * size_t(a.n_experts) * 4;
     static const cudaError_t plan_attr =
-        cudaFuncSetAttribute(gather_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(gather_plan_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(size_t(kPlanWarps + 3) * kCudaGatherGemmMaxExperts * 4));
     cuda::check_cuda(plan_attr, "gguf gather plan: shared memory attribute");
-    cuda::launch(gather_plan_kernel, dim3(1), dim3(kPlanWarps * 32), plan_smem, s, "gguf gather plan", a.ids, a.n,
+    cuda::launch(gather_plan_kernel<Q>, dim3(1), dim3(kPlanWarps * 32), plan_smem, s, "gguf gather plan", a.ids, a.n,
                  a.n_experts, a.m, a.y, items, tile_e, tile_start, tile_len, ntiles);
     g.items = items, g.tile_e = tile_e, g.tile_start = tile_start, g.tile_len = tile_len, g.ntiles = ntiles;
     tiles_y = max_tiles;
