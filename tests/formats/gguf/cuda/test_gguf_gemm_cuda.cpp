@@ -194,7 +194,7 @@ TEST_P(GgufGemm, GroupedGatherMatchesCpuAndEachExpertsGemmForEveryEpilogue) {
       for (int64_t r = 0; r < items; ++r) {
         const int e = c.ids[size_t(r)];
         const bool valid = e >= 0 && e < E;
-        std::vector<float> w2(size_t(m)), wa(size_t(m));
+        std::vector<float> w2(static_cast<size_t>(m)), wa(static_cast<size_t>(m));
         for (int64_t o = 0; o < m; ++o) {
           const float v = got[size_t(r * m + o)];
           w2[size_t(o)] = valid ? relu2(v) : NAN;
@@ -239,7 +239,7 @@ TEST_P(GgufGemm, FusedEpiloguesOfTheGemmEqualTheSeparateOps) {
   EXPECT_TRUE(same_bits(download(*be, acc).data(), wa.data(), wa.size())) << type << " accumulate";
   // The sidecar scale applies (against the CPU, which scales the same way).
   std::vector<float> want(plain.size());
-  const std::vector<float> xh = download(*be, dx);
+  std::vector<float> xh = download(*be, dx);
   GgufTensor(st.raw(), qt, &sraw).matmul(Tensor::f32(xh.data(), n, k), Tensor::f32(want.data(), n, m));
   EXPECT_LE(err_vs_max(plain.data(), want.data(), plain.size()), kGemmTol) << type;
 }
