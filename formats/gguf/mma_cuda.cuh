@@ -358,7 +358,7 @@ struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type 
 // matmul for the CudaQuantOps table: the fp32 GEMV, or with TANDEM_GGUF_MMA=1 the tensor-core GEMV
 // where the type has one (for every n it serves, so that a row's bits never depend on n; gathers stay
 // on the fp32 kernel, so a gathered row then differs from its expert's matmul in the last bits).
-// Prefill passes of more than 16 rows go to the tiled GEMM instead (gemm_cuda.cuh), in both modes. Opt-in:
+// Passes of more than 16 rows go to the prefill GEMM instead (gemm_cuda.cuh), in both modes. Opt-in:
 // on the H200 it verifies 8 rows for 2.7 decode steps (fp32: 3.3) but decodes one row 1.4x slower
 // (Bolt gguf-iq2 85 vs 122 tok/s, 2026-11-30), which costs more than it gains.
 template <class Q>
