@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "tandem/cuda/util.cuh"
@@ -76,6 +77,41 @@ std::unique_ptr<Buffer> upload_grid(Backend& be, const std::string& type) {
   const Grid g = grid_of(type);
   if (!g.data) return nullptr;
   return upload_parts(be, {{static_cast<const uint8_t*>(g.data), g.bytes}});
+}
+
+// The workspace of one prefill GEMM (the split activations, the gather's plan), stream-ordered: the
+// device's default pool keeps freed blocks (release threshold raised once), so after the first calls
+// an allocation is a pool lookup, and it can be captured in a CUDA graph.
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      int dev = 0;
+      cudaMemPool_t pool;
+      if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+      }
+      (void)cudaGetLastError();
+    });
+    if (bytes) check_cuda(cudaMallocAsync(&p_, bytes, cuda::stream()), "gguf (cuda): allocate prefill workspace");
+  }
+  ~Scratch() {
+    if (p_) (void)cudaFreeAsync(p_, cuda::stream());
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// Prefill on the type's tensor-core GEMM (CudaQuantOps::gemm), with its workspace.
+void run_gemm(const CudaQuantOps& ops, const CudaMatmulArgs& a) {
+  Scratch ws(ops.gemm_workspace(a));
+  ops.gemm(a, ws.get(), cuda::stream());
 }
 
 // y *= s, for a dense weight with a sidecar scale (the block kernels scale in place).
@@ -200,6 +236,7 @@ class GgufCudaTensor final : public QuantizedTensor {
     a.x = x.f32(), a.y = y.f32(), a.n = x.rows;
     a.scale = scale_;
     a.grid = grid_ ? grid_->data() : nullptr;
+    if (a.n >= kCudaGemmMinRows && kernels_.ops->gemm) return run_gemm(*kernels_.ops, a);
     kernels_.ops->matmul(a, cuda::stream());
   }
 
@@ -309,6 +346,8 @@ class GgufCudaExperts final : public ExpertSet {
     a.expert_bytes = int64_t(per_);
     a.expert_scale = es;
     a.epilogue = int(ep);
+    if (a.n >= kCudaGatherGemmMinItems && kernels_.ops->gemm && n_ <= kCudaGatherGemmMaxExperts)
+      return run_gemm(*kernels_.ops, a);
     kernels_.ops->gather(a, cuda::stream());
   }
 

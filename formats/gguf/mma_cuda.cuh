@@ -356,8 +356,9 @@ template <class Q>
 struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type {};
 
 // matmul for the CudaQuantOps table: the fp32 GEMV, or with TANDEM_GGUF_MMA=1 the tensor-core GEMV
-// where the type has one (for every n, so that a row's bits never depend on n; gathers stay on the
-// fp32 kernel, so a gathered row then differs from its expert's matmul in the last bits). Opt-in:
+// where the type has one (for every n it serves, so that a row's bits never depend on n; gathers stay
+// on the fp32 kernel, so a gathered row then differs from its expert's matmul in the last bits).
+// Passes of more than 16 rows go to the prefill GEMM instead (gemm_cuda.cuh), in both modes. Opt-in:
 // on the H200 it verifies 8 rows for 2.7 decode steps (fp32: 3.3) but decodes one row 1.4x slower
 // (Bolt gguf-iq2 85 vs 122 tok/s, 2026-11-30), which costs more than it gains.
 template <class Q>
@@ -375,14 +376,3 @@ void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
 }
 
 }  // namespace tandem::gguf::kcuda
-
-// One type's launchers, in a generated file per type (formats/gguf/CMakeLists.txt): CudaQuantOps for
-// decoder kcuda::Dec##T, matmul through matmul_entry.
-#define TANDEM_GGUF_CUDA_INSTANCE(T)                                                              \
-  namespace tandem::gguf {                                                                        \
-  const CudaQuantOps& cuda_ops_##T() {                                                            \
-    static const CudaQuantOps ops = {#T, kcuda::matmul_entry<kcuda::Dec##T>,                      \
-                                     kcuda::gather_impl<kcuda::Dec##T>, kcuda::rows_impl<kcuda::Dec##T>}; \
-    return ops;                                                                                   \
-  }                                                                                               \
-  }

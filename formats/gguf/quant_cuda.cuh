@@ -10,9 +10,10 @@
 
 namespace tandem::gguf {
 
-// y = W·x (or the expert gather) straight from the file's blocks. Batch invariance: y[r, o] is one
-// warp's dot product of x row r and weight row o, with a lane split, per-lane order and reduction
-// tree fixed by k alone: the same bits for every number of rows, for the gather and for prefill.
+// y = W·x (or the expert gather) straight from the file's blocks. Batch invariance: up to 16 rows
+// (decode, verify) y[r, o] is one warp's dot product of x row r and weight row o, with a lane split,
+// per-lane order and reduction tree fixed by k alone: the same bits for every number of rows and for
+// the gather. Prefill (gemm) has bits of its own, again independent of n and of the other rows.
 struct CudaMatmulArgs {
   const uint8_t* w = nullptr;  // device: m rows of row_bytes (per expert, for the gather)
   int64_t m = 0, k = 0, row_bytes = 0;
@@ -56,12 +57,25 @@ struct CudaRowsArgs {
   float* out = nullptr;  // device, n rows of k
 };
 
+// Prefill thresholds: matmuls of at least kCudaGemmMinRows rows and gathers of at least
+// kCudaGatherGemmMinItems items (more than a verify pass of 16 tokens × 32 experts has) of at most
+// kCudaGatherGemmMaxExperts experts run on `gemm` where the type has one; decode and verify keep the
+// GEMVs and their bits.
+constexpr int64_t kCudaGemmMinRows = 17;
+constexpr int64_t kCudaGatherGemmMinItems = 16 * 32 + 1;
+constexpr int kCudaGatherGemmMaxExperts = 2048;
+
 struct CudaQuantOps {
   const char* name;
   // Any number of rows: one GEMV launch for n ≤ 16, the same kernel over slabs of 16 rows above.
   void (*matmul)(const CudaMatmulArgs&, cudaStream_t);
   void (*gather)(const CudaMatmulArgs&, cudaStream_t);
   void (*rows)(const CudaRowsArgs&, cudaStream_t);
+  // Optional (null: the type has no tensor-core decoder): the prefill GEMM of matmul (ids null) or
+  // the grouped gather (ids set), with a device workspace of gemm_workspace(args) bytes, any contents,
+  // owned by the caller until the call's kernels finish (stream order).
+  size_t (*gemm_workspace)(const CudaMatmulArgs&);
+  void (*gemm)(const CudaMatmulArgs&, void* workspace, cudaStream_t);
 };
 
 // The block types with CUDA kernels here (F32/F16/BF16 run on the dense safetensors kernels). The

@@ -1,9 +1,10 @@
 // Decode-GEMV bandwidth of the GGUF CUDA kernels against the device's copy bandwidth: the three
 // matrices that dominate NVIDIA's 2-bit Bolt file at one activation row (NVFP4 in_proj 18560×4096,
 // IQ2_XXS shared expert 5376×4096, Q8_0 lm_head 131072×4096), then a table of every block type and
-// the verify/gather shapes. A benchmark, not a test: run it on the GPU machine. Weights rotate over
-// enough copies to exceed the L2 several times; each time is the median of 7 runs of CUDA-graph
-// replays (launch gaps excluded) and, beside it, of plain stream launches.
+// the verify/gather shapes, then the prefill GEMMs (--prefill: those alone). A benchmark, not a test:
+// run it on the GPU machine. Weights rotate over enough copies to exceed the L2 several times; each
+// time is the median of 7 runs of CUDA-graph replays (launch gaps excluded) and, beside it, of plain
+// stream launches.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -135,8 +136,31 @@ void row(const char* what, const Result& r, const Ceilings& c) {
               100 * gbs / c.read_gbs);
 }
 
+// Prefill on the tensor cores (gemm_cuda.cuh): µs per call and TFLOP/s (2·m·k·rows, the GEMM's useful
+// work; the hi + lo split runs twice as many tensor-core products).
+void prefill_row(const char* what, const Result& r, int64_t m, int64_t k, int64_t rows) {
+  const double ms = r.graph_ms > 0 ? r.graph_ms : r.stream_ms;
+  std::printf("%-52s graph %9.1f us  stream %9.1f us  %7.1f TFLOP/s\n", what, r.graph_ms * 1e3, r.stream_ms * 1e3,
+              2.0 * double(m) * double(k) * double(rows) / (ms * 1e-3) / 1e12);
+}
+
+void bench_prefill(cuda::CudaBackend& be) {
+  std::printf("-- prefill: tensor-core GEMM and grouped gathers (512 tokens) --\n");
+  for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0"}) {
+    for (int64_t n : {64, 512}) {
+      const std::string name = std::string(t) + " in_proj [18560, 4096] n=" + std::to_string(n);
+      prefill_row(name.c_str(), bench_matmul(be, t, 18560, 4096, n), 18560, 4096, n);
+    }
+    const std::string up = std::string(t) + " routed up 512 x 9 of 128 [2304, 1024]";
+    prefill_row(up.c_str(), bench_gather(be, t, 128, 9, 2304, 1024, 512), 2304, 1024, 512 * 9);
+    const std::string down = std::string(t) + " routed down 512 x 9 of 128 [1024, 2304]";
+    prefill_row(down.c_str(), bench_gather(be, t, 128, 9, 1024, 2304, 512), 1024, 2304, 512 * 9);
+  }
+}
+
 }  // namespace
 
+// Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs).
 int main(int argc, char** argv) {
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device\n");
@@ -148,6 +172,10 @@ int main(int argc, char** argv) {
   ck(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
   cuda::CudaBackend be;
+  if (argc > 1 && std::strcmp(argv[1], "--prefill") == 0) {
+    bench_prefill(be);
+    return 0;
+  }
   const Ceilings c = measure_ceilings();
   std::printf("ceilings: device-to-device copy %.0f GB/s (read + write), read-only kernel %.0f GB/s\n", c.copy_gbs,
               c.read_gbs);
@@ -176,5 +204,6 @@ int main(int argc, char** argv) {
   row("IQ2_XXS gather, 16 tokens x 22 experts", bench_gather(be, "IQ2_XXS", 512, 22, 2688, 1024, 16), c);
   row("IQ2_XXS gather [1024, 2560], 1 x 22", bench_gather(be, "IQ2_XXS", 512, 22, 1024, 2560, 1), c);
   row("NVFP4 gather [2688, 1024], 1 x 22", bench_gather(be, "NVFP4", 512, 22, 2688, 1024, 1), c);
+  bench_prefill(be);
   return 0;
 }

@@ -1,0 +1,487 @@
+// Prefill on the tensor cores for the block types with an Mma decoder (mma_cuda.cuh: IQ2_XXS, Q8_0,
+// NVFP4): the GEMM y[n, m] = x[n, k] · W[m, k]ᵀ for n > 16 and the grouped expert gather. A block owns
+// 128 weight rows × 128 activation rows over the whole k and decodes each weight tile once for all
+// its activation rows (the GEMV decodes it once per 16). Decode and verify (n ≤ 16) never come here.
+// Owner: callers own every pointer and the workspace. Thread: one caller per stream. Sync: launches
+// are queued on the stream; nothing here synchronizes.
+//
+// Numbers. Each activation row is scaled by one power of two so that its largest magnitude lies in
+// [2^14, 2^15) and split x' = hi + lo in fp16 (gemm_split_kernel, in the k order of Mma<Q>::place);
+// weights are decoded to their exact small integers as in the tensor-core GEMV. Per 32-element group
+// (NVFP4: per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32, and the warp folds
+// the group in as acc = fma(s, t, acc), groups in k order; the row's power of two and the tensor's
+// scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
+// largest where fp16 runs out of range): far below the fp32 rounding of the sums.
+// Each output depends only on its weight row, its activation row and k — not on n, on the tile or on
+// which rows share it — so a row has the same bits in every prefill pass and in the grouped gather
+// (a gathered row equals its expert's GEMM row). They are not the decode GEMVs' bits (another order).
+#pragma once
+#include "formats/gguf/mma_cuda.cuh"
+
+namespace tandem::gguf::kcuda {
+
+constexpr int kGemmBM = 128;  // weight rows per block: 4 warp rows of 32 (two m16 tiles)
+constexpr int kGemmBN = 128;  // activation rows per block: 2 warp columns of 64 (eight n8 tiles)
+constexpr int kGemmThreads = 256;
+constexpr int kGemmStep = 64;     // elements per pipeline step (two groups)
+constexpr int kGemmStages = 2;    // staged activation steps (cp.async ring)
+constexpr int kGemmColBytes = 2 * 128 + 16;  // one column's step (2 groups × 4 lane classes × hi|lo) + 16:
+                                             // eight columns' 16-byte reads then hit distinct banks
+constexpr int kPlanWarps = 8;     // the gather plan's warps (its count table is kPlanWarps × experts)
+
+// Weights stream in chunks of whole blocks, at least one step long; a step is a part of a chunk.
+template <class Q>
+__host__ __device__ constexpr int gemm_chunk_elems() {
+  return Q::kElems > kGemmStep ? Q::kElems : kGemmStep;
+}
+template <class Q>
+__host__ __device__ constexpr int gemm_chunk_bytes() {
+  return gemm_chunk_elems<Q>() / Q::kElems * Q::kBytes;
+}
+template <class Q>
+__host__ __device__ constexpr int gemm_wrow_bytes() {  // a row's chunk in the ring: misalignment and slack
+  return (gemm_chunk_bytes<Q>() + 32 + 15) / 16 * 16;
+}
+template <class Q>
+__host__ __device__ constexpr int gemm_steps_per_chunk() {
+  return gemm_chunk_elems<Q>() / kGemmStep;
+}
+// Weight ring slots: chunk c is requested while step SPC·c − (stages − 1) is computed, so the slot it
+// reuses must have been read for the last time before that.
+template <class Q>
+__host__ __device__ constexpr int gemm_wslots() {
+  return 1 + (kGemmStages - 1 + gemm_steps_per_chunk<Q>() - 1) / gemm_steps_per_chunk<Q>();
+}
+template <class Q>
+inline size_t gemm_smem_bytes() {
+  return size_t(table_bytes<Q>()) + size_t(kGemmStages) * kGemmBN * kGemmColBytes +
+         size_t(gemm_wslots<Q>()) * kGemmBM * gemm_wrow_bytes<Q>() + 3 * kGemmBN * 4;
+}
+// Bytes per split activation row: k rounded up to whole steps, 4 bytes (hi, lo) per element.
+inline int64_t gemm_xstride(int64_t k) { return (k + kGemmStep - 1) / kGemmStep * kGemmStep * 4; }
+inline int64_t gemm_max_tiles(int64_t items, int n_experts) {
+  return (items + kGemmBN - 1) / kGemmBN + std::min<int64_t>(n_experts, items);
+}
+
+struct GemmArgs {
+  CudaMatmulArgs p;                  // weights, shape, y, scale, epilogue; the gather's fields
+  const unsigned char* xs = nullptr;  // split activations, rows of xstride bytes
+  const float* xdown = nullptr;       // per split row: the inverse of its power of two
+  int64_t xstride = 0;
+  // The grouped gather: the items sorted by expert, and per tile its expert, first sorted item and
+  // item count; ntiles on the device.
+  const int32_t* items = nullptr;
+  const int32_t* tile_e = nullptr;
+  const int32_t* tile_start = nullptr;
+  const int32_t* tile_len = nullptr;
+  const int32_t* ntiles = nullptr;
+};
+
+// Row r of x, scaled by a power of two 2^−e (max |x'| in [2^14, 2^15)) and split into fp16 hi + lo:
+// per 32-element group 128 bytes, lane class q's 8 hi then 8 lo halves in Mma<Q>::place order (the
+// GEMV's staging layout), zero past k to whole steps; xdown[r] = 2^e. One block per row.
+template <class Q>
+__global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t k, int64_t rows, int64_t xstride,
+                                                         unsigned char* xs, float* xdown) {
+  __shared__ float red[32];
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  const int tid = int(threadIdx.x);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * k;
+    float mx = 0.0f;
+    for (int64_t j = tid; j < k; j += 256) mx = fmaxf(mx, fabsf(xr[j]));
+    mx = cuda::block_max(mx, red);
+    const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
+    unsigned char* out = xs + r * xstride;
+    for (int64_t j = tid; j < xstride / 4; j += 256) {
+      __half hi, lo;
+      cuda::split_hi_lo(j < k ? xr[j] * sc.up : 0.0f, hi, lo);
+      int qq, sl;
+      Mma<Q>::place(int(j & 31), qq, sl);
+      __half* seg = reinterpret_cast<__half*>(out + (j >> 5) * 128 + qq * 32);
+      seg[sl] = hi;
+      seg[8 + sl] = lo;
+    }
+    if (tid == 0) xdown[r] = sc.down;
+  }
+}
+
+// The grouped gather's plan, one block: the valid items (ids in [0, n_experts)) sorted by expert,
+// ascending within each (a stable counting sort: each warp counts, then places, a contiguous segment
+// in order), and the tiles of up to kGemmBN items of one expert, experts ascending. Items with an id
+// out of range get NaN rows here (the GEMM never sees them). Shared memory: (kPlanWarps + 3) × E ints.
+// A template on the decoder only so that each instance lives in its type's file.
+template <class Q>
+__global__ void __launch_bounds__(kPlanWarps * 32) gather_plan_kernel(const int32_t* ids, int64_t n, int E,
+                                                                      int64_t m, float* y, int32_t* items,
+                                                                      int32_t* tile_e, int32_t* tile_start,
+                                                                      int32_t* tile_len, int32_t* ntiles) {
+  constexpr int T = kPlanWarps * 32;
+  extern __shared__ int plan_smem[];
+  int* cnt = plan_smem;          // [warp][e]: the warp's items of e, then the next slot for them
+  int* tot = cnt + kPlanWarps * E;
+  int* first = tot + E;          // first sorted slot of e
+  int* tfirst = first + E;       // first tile of e
+  __shared__ int part_rows[T], part_tiles[T];
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < kPlanWarps * E; i += T) cnt[i] = 0;
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  __syncthreads();
+  const int64_t seg = (n + kPlanWarps - 1) / kPlanWarps, b = warp * seg, end = min(n, b + seg);
+  for (int64_t t0 = b; t0 < end; t0 += 32) {
+    const int64_t t = t0 + lane;
+    const int e = t < end ? ids[t] : -1;
+    const bool ok = e >= 0 && e < E;
+    const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
+    if (ok && lane == __ffs(same) - 1) cnt[warp * E + e] += __popc(same);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += T) {
+    int run = 0;
+    for (int w = 0; w < kPlanWarps; ++w) {
+      const int c = cnt[w * E + e];
+      cnt[w * E + e] = run;
+      run += c;
+    }
+    tot[e] = run;
+  }
+  __syncthreads();
+  // Exclusive scans over e of the item and tile counts: a contiguous range of experts per thread.
+  const int per = (E + T - 1) / T, e0 = min(E, tid * per), e1 = min(E, e0 + per);
+  int sr = 0, st = 0;
+  for (int e = e0; e < e1; ++e) sr += tot[e], st += (tot[e] + kGemmBN - 1) / kGemmBN;
+  part_rows[tid] = sr, part_tiles[tid] = st;
+  __syncthreads();
+  if (tid == 0) {
+    int ar = 0, at = 0;
+    for (int i = 0; i < T; ++i) {
+      const int r = part_rows[i], tt = part_tiles[i];
+      part_rows[i] = ar, part_tiles[i] = at;
+      ar += r, at += tt;
+    }
+    *ntiles = at;
+  }
+  __syncthreads();
+  sr = part_rows[tid], st = part_tiles[tid];
+  for (int e = e0; e < e1; ++e) {
+    first[e] = sr, tfirst[e] = st;
+    sr += tot[e], st += (tot[e] + kGemmBN - 1) / kGemmBN;
+  }
+  __syncthreads();
+  for (int i = tid; i < kPlanWarps * E; i += T) cnt[i] += first[i % E];
+  __syncthreads();
+  for (int64_t t0 = b; t0 < end; t0 += 32) {
+    const int64_t t = t0 + lane;
+    const bool in = t < end;
+    const int e = in ? ids[t] : -1;
+    const bool ok = e >= 0 && e < E;
+    const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
+    if (ok) items[cnt[warp * E + e] + __popc(same & ((1u << lane) - 1u))] = int32_t(t);
+    __syncwarp();
+    if (ok && lane == __ffs(same) - 1) cnt[warp * E + e] += __popc(same);
+    unsigned bad = __ballot_sync(0xffffffffu, in && !ok);
+    while (bad) {
+      const int l = __ffs(bad) - 1;
+      bad &= bad - 1;
+      float* yr = y + (t0 + l) * m;
+      for (int64_t o = lane; o < m; o += 32) yr[o] = __int_as_float(0x7fc00000);
+    }
+    __syncwarp();
+  }
+  for (int e = tid; e < E; e += T) {
+    const int ne = (tot[e] + kGemmBN - 1) / kGemmBN;
+    for (int j = 0; j < ne; ++j) {
+      tile_e[tfirst[e] + j] = e;
+      tile_start[tfirst[e] + j] = first[e] + j * kGemmBN;
+      tile_len[tfirst[e] + j] = min(kGemmBN, tot[e] - j * kGemmBN);
+    }
+  }
+}
+
+// Block (x, y): weight rows 128·x .. +128 and activation tile y (the rows 128·y .. +128 of x; grouped:
+// tile y of the plan, up to 128 items of one expert). Warp (wm, wn) computes 32 weight rows × 64
+// columns: per group it decodes its two m16 tiles' A fragments from the weight ring and runs them
+// against up to eight n8 tiles of staged activations. Weights arrive in chunks of whole blocks, the
+// activations in steps of 64 elements, both through cp.async rings; a step's group sums fold into the
+// accumulators in k order.
+template <class Q, bool Grouped>
+__global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a) {
+  using M = Mma<Q>;
+  constexpr int CB = gemm_chunk_bytes<Q>(), SB = gemm_wrow_bytes<Q>(), SPC = gemm_steps_per_chunk<Q>();
+  constexpr int WS = gemm_wslots<Q>(), D = kGemmStages;
+  constexpr int PPR = (15 + CB + 15) / 16;  // 16-byte pieces that cover a row's chunk at any misalignment
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* act = smem + table_bytes<Q>();
+  unsigned char* wring = act + size_t(D) * kGemmBN * kGemmColBytes;
+  int* col_x = reinterpret_cast<int*>(wring + size_t(WS) * kGemmBM * SB);
+  int* col_y = col_x + kGemmBN;
+  float* col_down = reinterpret_cast<float*>(col_y + kGemmBN);
+
+  const CudaMatmulArgs& p = a.p;
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int wm = warp & 3, wn = warp >> 2;
+  const int64_t o0 = int64_t(blockIdx.x) * kGemmBM;
+  const int groups = int(p.k / 32), nsteps = (groups + 1) / 2;
+  const int64_t row_bytes = p.row_bytes;
+  const uint8_t* w = p.w;
+  float scale = p.scale;
+  int ncols = 0;
+
+  // Chunk c of the block's rows (rows past m repeat the last) into slot c mod WS.
+  auto issue_w = [&](int c) {
+    const int64_t b0 = int64_t(c) * CB;
+    const int len = int(min(int64_t(CB), row_bytes - b0));
+    unsigned char* dst = wring + (c % WS) * kGemmBM * SB;
+    for (int i = tid; i < kGemmBM * PPR; i += kGemmThreads) {
+      const int r = i / PPR, pc = i % PPR;
+      const uint8_t* src = w + min(o0 + r, p.m - 1) * row_bytes + b0;
+      const int mis = int(reinterpret_cast<uintptr_t>(src) & 15);
+      if (pc < (mis + len + 15) >> 4) cp_async16(dst + r * SB + 16 * pc, src - mis + 16 * pc);
+    }
+  };
+  // Step s of the tile's columns, whole n8 tiles (columns past ncols repeat the last) into slot s mod D.
+  auto issue_x = [&](int s) {
+    unsigned char* dst = act + (s % D) * kGemmBN * kGemmColBytes;
+    const int cols = (ncols + 7) & ~7;
+    for (int i = tid; i < cols * 16; i += kGemmThreads) {
+      const int c = i >> 4, pc = i & 15;
+      cp_async16(dst + c * kGemmColBytes + 16 * pc, a.xs + int64_t(col_x[c]) * a.xstride + int64_t(s) * 256 + 16 * pc);
+    }
+  };
+
+  // Weights are never written by a pass: a matmul requests its first chunks before the wait.
+  if constexpr (!Grouped) {
+    for (int s = 0; s < D - 1 && s < nsteps; ++s)
+      if (s % SPC == 0) issue_w(s / SPC);
+  }
+  const Tables tab = init_tables<Q>(smem, p.grid);
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+  if constexpr (Grouped) {
+    const int t = int(blockIdx.y);
+    if (t >= *a.ntiles) return;  // the whole block: fewer tiles than the bound the grid was sized by
+    const int e = a.tile_e[t], start = a.tile_start[t];
+    ncols = a.tile_len[t];
+    w += int64_t(e) * p.expert_bytes;
+    if (p.expert_scale) scale = p.expert_scale[e];
+    for (int c = tid; c < kGemmBN; c += kGemmThreads) {
+      const int item = a.items[start + min(c, ncols - 1)];
+      const int xr = item / p.per_x;
+      col_x[c] = xr, col_y[c] = item, col_down[c] = a.xdown[xr];
+    }
+  } else {
+    const int64_t c0 = int64_t(blockIdx.y) * kGemmBN;
+    ncols = int(min(int64_t(kGemmBN), p.n - c0));
+    for (int c = tid; c < kGemmBN; c += kGemmThreads) {
+      const int r = int(c0 + min(c, ncols - 1));
+      col_x[c] = r, col_y[c] = r, col_down[c] = a.xdown[r];
+    }
+  }
+  __syncthreads();
+  for (int s = 0; s < D - 1; ++s) {
+    if (s < nsteps) {
+      if (Grouped && s % SPC == 0) issue_w(s / SPC);
+      issue_x(s);
+    }
+    cp_async_commit();
+  }
+
+  // The lane's rows r = wm·32 + 16·mt + g + 8h: their chunk misalignment is (base + c·CB) mod 16.
+  uint32_t rbase[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    rbase[i] = uint32_t(reinterpret_cast<uintptr_t>(w + min(o0 + wm * 32 + (i >> 1) * 16 + g + 8 * (i & 1), p.m - 1) *
+                                                            row_bytes));
+  const int nt_active = ncols > wn * 64 ? min(8, (ncols - wn * 64 + 7) / 8) : 0;  // warp-uniform
+  float acc[2][8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+
+  for (int s = 0; s < nsteps; ++s) {
+    cp_async_wait<D - 2>();
+    __syncthreads();  // step s has landed for every thread; step s − 1's slots are free
+    if (s + D - 1 < nsteps) {
+      if ((s + D - 1) % SPC == 0) issue_w((s + D - 1) / SPC);
+      issue_x(s + D - 1);
+    }
+    cp_async_commit();
+    if (nt_active == 0) continue;
+    const int c = s / SPC;
+    const unsigned char* wst = wring + (c % WS) * kGemmBM * SB;
+    const unsigned char* xst = act + (s % D) * kGemmBN * kGemmColBytes;
+#pragma unroll
+    for (int gi = 0; gi < 2; ++gi) {
+      if (2 * s + gi >= groups) break;
+      const int u = (s % SPC) * 2 + gi;  // the group within the chunk
+      uint32_t wa[2][4], wb[2][4];
+      float sa[2][2], sb[2][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r = wm * 32 + mt * 16 + g;
+        M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt]);
+        M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (nt >= nt_active) break;
+        const unsigned char* sg = xst + (wn * 64 + nt * 8 + g) * kGemmColBytes + gi * 128 + q * 32;
+        const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          float* ac = acc[mt][nt];
+          if constexpr (M::kScalePerStep) {
+#pragma unroll
+            for (int js = 0; js < 2; ++js) {
+              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              const uint32_t a0 = wa[mt][2 * js], a1 = wb[mt][2 * js], a2 = wa[mt][2 * js + 1], a3 = wb[mt][2 * js + 1];
+              cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
+              cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
+              ac[0] = fmaf(sa[mt][js], t[0], ac[0]);
+              ac[1] = fmaf(sa[mt][js], t[1], ac[1]);
+              ac[2] = fmaf(sb[mt][js], t[2], ac[2]);
+              ac[3] = fmaf(sb[mt][js], t[3], ac[3]);
+            }
+          } else {
+            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], hi.x, hi.y);
+            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], lo.x, lo.y);
+            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], hi.z, hi.w);
+            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], lo.z, lo.w);
+            ac[0] = fmaf(sa[mt][0], t[0], ac[0]);
+            ac[1] = fmaf(sa[mt][0], t[1], ac[1]);
+            ac[2] = fmaf(sb[mt][0], t[2], ac[2]);
+            ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // only empty groups can be pending
+  // Lane (g, q) holds rows g, g + 8 of each m16 tile and columns 2q, 2q + 1 of each n8 tile.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (nt >= nt_active) break;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t o = o0 + wm * 32 + mt * 16 + g + 8 * (i >> 1);
+        const int cc = wn * 64 + nt * 8 + 2 * q + (i & 1);
+        if (cc < ncols && o < p.m)
+          store_out(p.y + int64_t(col_y[cc]) * p.m + o, acc[mt][nt][i] * col_down[cc] * scale, p.epilogue);
+      }
+    }
+}
+
+// The workspace of gemm_entry: the split activations and their scales; for a gather also the sorted
+// items and the tiles.
+struct GemmWorkspace {
+  size_t xs = 0, xdown = 0, items = 0, tiles = 0, ntiles = 0, total = 0;
+};
+inline size_t gemm_align(size_t b) { return (b + 255) / 256 * 256; }
+inline GemmWorkspace gemm_workspace_layout(const CudaMatmulArgs& a) {
+  const bool grouped = a.ids != nullptr;
+  const int64_t xrows = grouped ? a.n / a.per_x : a.n;
+  GemmWorkspace l;
+  l.xs = 0;
+  l.xdown = gemm_align(size_t(xrows) * size_t(gemm_xstride(a.k)));
+  l.items = l.xdown + gemm_align(size_t(xrows) * 4);
+  l.total = l.items;
+  if (grouped) {
+    l.tiles = l.items + gemm_align(size_t(a.n) * 4);
+    l.ntiles = l.tiles + gemm_align(3 * size_t(gemm_max_tiles(a.n, a.n_experts)) * 4);
+    l.total = l.ntiles + 256;
+  }
+  return l;
+}
+inline size_t gemm_workspace(const CudaMatmulArgs& a) { return gemm_workspace_layout(a).total; }
+
+// y = x · Wᵀ (ids null: a.n rows) or the grouped gather (ids: a.n items of x rows a.n / per_x).
+template <class Q>
+void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
+  if (a.n == 0 || a.m == 0) return;
+  check(a.k % 32 == 0 && a.row_bytes == a.k / Q::kElems * Q::kBytes, "gguf (cuda): bad row geometry");
+  const bool grouped = a.ids != nullptr;
+  const int64_t xrows = grouped ? a.n / a.per_x : a.n;
+  check(!grouped || (a.per_x >= 1 && a.n % a.per_x == 0), "gguf gemm: ", a.n, " gathered rows are not a multiple of ",
+        a.per_x, " per activation row");
+  check(!grouped || (a.n_experts >= 1 && a.n_experts <= kCudaGatherGemmMaxExperts), "gguf gemm: ", a.n_experts,
+        " experts, expected 1 .. ", kCudaGatherGemmMaxExperts);
+  check(a.n < (int64_t(1) << 31), "gguf gemm: ", a.n, " rows, expected fewer than 2^31");
+  const GemmWorkspace l = gemm_workspace_layout(a);
+  char* ws = static_cast<char*>(workspace);
+  GemmArgs g;
+  g.p = a;
+  g.xs = reinterpret_cast<unsigned char*>(ws + l.xs);
+  g.xdown = reinterpret_cast<float*>(ws + l.xdown);
+  g.xstride = gemm_xstride(a.k);
+  cuda::launch(gemm_split_kernel<Q>, dim3(unsigned(std::min<int64_t>(xrows, 8192))), dim3(256), 0, s,
+               "gguf gemm split", a.x, a.k, xrows, g.xstride, reinterpret_cast<unsigned char*>(ws + l.xs),
+               reinterpret_cast<float*>(ws + l.xdown));
+  int64_t tiles_y = cuda::ceil_div(a.n, int64_t(kGemmBN));
+  if (grouped) {
+    const int64_t max_tiles = gemm_max_tiles(a.n, a.n_experts);
+    check(max_tiles <= 65535, "gguf gemm: ", a.n, " gathered rows need up to ", max_tiles, " tiles, expected ≤ 65535");
+    int32_t* items = reinterpret_cast<int32_t*>(ws + l.items);
+    int32_t* tile_e = reinterpret_cast<int32_t*>(ws + l.tiles);
+    int32_t* tile_start = tile_e + max_tiles;
+    int32_t* tile_len = tile_start + max_tiles;
+    int32_t* ntiles = reinterpret_cast<int32_t*>(ws + l.ntiles);
+    const size_t plan_smem = size_t(kPlanWarps + 3) * size_t(a.n_experts) * 4;
+    static const cudaError_t plan_attr =
+        cudaFuncSetAttribute(gather_plan_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(size_t(kPlanWarps + 3) * kCudaGatherGemmMaxExperts * 4));
+    cuda::check_cuda(plan_attr, "gguf gather plan: shared memory attribute");
+    cuda::launch(gather_plan_kernel<Q>, dim3(1), dim3(kPlanWarps * 32), plan_smem, s, "gguf gather plan", a.ids, a.n,
+                 a.n_experts, a.m, a.y, items, tile_e, tile_start, tile_len, ntiles);
+    g.items = items, g.tile_e = tile_e, g.tile_start = tile_start, g.tile_len = tile_len, g.ntiles = ntiles;
+    tiles_y = max_tiles;
+  }
+  const size_t smem = gemm_smem_bytes<Q>();
+  const auto kernel = grouped ? gemm_kernel<Q, true> : gemm_kernel<Q, false>;
+  static bool configured = false;  // the engine thread loads and runs; the attribute is per function
+  if (!configured) {
+    for (auto k : {gemm_kernel<Q, true>, gemm_kernel<Q, false>})
+      cuda::check_cuda(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                       "gguf gemm: shared memory attribute");
+    configured = true;
+  }
+  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kGemmBM))), unsigned(tiles_y));
+  cuda::launch(kernel, grid, dim3(kGemmThreads), smem, s, grouped ? "gguf gather gemm" : "gguf gemm", g);
+}
+
+// The CudaQuantOps entries: the GEMM where the type has an Mma decoder, else none.
+template <class Q>
+constexpr auto gemm_of() {
+  if constexpr (HasMma<Q>::value) return &gemm_entry<Q>;
+  else return static_cast<void (*)(const CudaMatmulArgs&, void*, cudaStream_t)>(nullptr);
+}
+template <class Q>
+constexpr auto gemm_workspace_of() {
+  if constexpr (HasMma<Q>::value) return &gemm_workspace;
+  else return static_cast<size_t (*)(const CudaMatmulArgs&)>(nullptr);
+}
+
+}  // namespace tandem::gguf::kcuda
+
+// One type's launchers, in a generated file per type (formats/gguf/CMakeLists.txt): CudaQuantOps for
+// decoder kcuda::Dec##T: matmul through matmul_entry, the prefill GEMM where the type has one.
+#define TANDEM_GGUF_CUDA_INSTANCE(T)                                                                    \
+  namespace tandem::gguf {                                                                              \
+  const CudaQuantOps& cuda_ops_##T() {                                                                  \
+    static const CudaQuantOps ops = {#T,                                                                \
+                                     kcuda::matmul_entry<kcuda::Dec##T>,                                \
+                                     kcuda::gather_impl<kcuda::Dec##T>,                                 \
+                                     kcuda::rows_impl<kcuda::Dec##T>,                                   \
+                                     kcuda::gemm_workspace_of<kcuda::Dec##T>(),                         \
+                                     kcuda::gemm_of<kcuda::Dec##T>()};                                  \
+    return ops;                                                                                         \
+  }                                                                                                     \
+  }
