@@ -247,8 +247,9 @@ def load_modelopt(ref):
     load_module("modelopt.torch.quantization.utils.numeric_utils", ref_path(ref, MO + "utils/numeric_utils.py"))
     load_module("modelopt.torch.quantization.backends.utils", ref_path(ref, MO + "backends/utils.py"))
     try:
-        import torch.distributed.fsdp._fully_shard._fsdp_param  # noqa: F401
-        import torch.distributed.tensor  # noqa: F401
+        # (importlib, not `import torch.distributed...`, which would make `torch` local to this function)
+        importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_param")
+        importlib.import_module("torch.distributed.tensor")
     except ImportError as ex:  # a torch without distributed: base_qtensor only names these types
         print(f"note: stubbing torch.distributed types for base_qtensor ({ex})")
         m1 = types.ModuleType("torch.distributed.fsdp._fully_shard._fsdp_param")
