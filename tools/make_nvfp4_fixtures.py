@@ -428,45 +428,56 @@ def hf_module(model, sd, nvidia_name):
 
 
 def calibrate(model, sd, W, plan, pattern, cfg, prompts):
-    """Input amax per quantized linear, from the BF16 model over the prompts."""
-    amax = {}
-    handles = []
+    """Input amax per quantized linear, from the BF16 model over the prompts; and where each came from."""
+    amax, source, handles = {}, {}, []
 
-    def record(key):
-        def hook(mod, args, out):
-            amax.setdefault(key, []).append(args[0].detach().abs().max())
+    def record(key, store):
+        def hook(mod, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            store.setdefault(key, []).append(x.detach().reshape(-1, x.shape[-1]).float())
         return hook
 
-    latent_out = {}
-
-    def record_latent(i):
-        def hook(mod, args, out):
-            latent_out.setdefault(i, []).append(out.detach().reshape(-1, out.shape[-1]).float())
-        return hook
-
+    linear_in, mixer_in = {}, {}
     for name in plan:
         if ".experts." not in name:
-            handles.append(hf_module(model, sd, name).register_forward_hook(record(name)))
-    moe = [i for i, c in enumerate(pattern) if c == "E"]
-    for i in moe:
-        handles.append(hf_module(model, sd, f"backbone.layers.{i}.mixer.fc1_latent_proj")
-                       .register_forward_hook(record_latent(i)))
+            handles.append(hf_module(model, sd, name).register_forward_pre_hook(record(name, linear_in),
+                                                                                with_kwargs=True))
+    for i in range(len(pattern)):
+        _, hn = mhf.hf_param_for(sd, f"backbone.layers.{i}.norm.weight")
+        if hn is None or not hn.endswith(".norm.weight"):
+            die(f"no HF block for layer {i} (norm weight maps to {hn})")
+        mixer = model.get_submodule(hn[: -len(".norm.weight")] + ".mixer")
+        handles.append(mixer.register_forward_pre_hook(record(i, mixer_in), with_kwargs=True))
     with torch.no_grad():
         for ids in prompts.values():
             model(input_ids=torch.tensor([ids]), use_cache=False)
     for h in handles:
         h.remove()
-    out = {k: torch.stack(v).max() for k, v in amax.items()}
-    for i in moe:
-        x = torch.cat(latent_out[i], 0)  # every token's latent: the routed experts' input
+    if sorted(mixer_in) != list(range(len(pattern))):
+        die(f"calibration: mixer inputs seen for layers {sorted(mixer_in)} only")
+    for name in plan:
+        if ".experts." in name:
+            continue
+        if name in linear_in:
+            amax[name], source[name] = torch.cat(linear_in[name]).abs().max(), "module input"
+        else:  # the linear was not called as a module: its mixer's input (exact for in_proj / fc1)
+            i = int(name.split(".")[2])
+            amax[name], source[name] = torch.cat(mixer_in[i]).abs().max(), "mixer input (no module call seen)"
+            print(f"note: {name}: no call of the module seen; input_scale from its mixer's input")
+    for i, c in enumerate(pattern):
+        if c != "E":
+            continue
+        h = torch.cat(mixer_in[i])
+        x = h @ W[f"backbone.layers.{i}.mixer.fc1_latent_proj.weight"].float().T  # every token's latent
         for j in range(cfg["n_routed_experts"]):
             up = W[f"backbone.layers.{i}.mixer.experts.{j}.up_proj.weight"].float()
-            out[f"backbone.layers.{i}.mixer.experts.{j}.up_proj"] = x.abs().max()
-            out[f"backbone.layers.{i}.mixer.experts.{j}.down_proj"] = (torch.relu(x @ up.T) ** 2).abs().max()
-    missing = sorted(set(plan) - set(out))
+            for p, v in (("up_proj", x), ("down_proj", torch.relu(x @ up.T) ** 2)):
+                name = f"backbone.layers.{i}.mixer.experts.{j}.{p}"
+                amax[name], source[name] = v.abs().max(), "all tokens (not only the routed ones)"
+    missing = sorted(set(plan) - set(amax))
     if missing:
         die(f"calibration found no input for {missing[:5]}")
-    return out
+    return amax, source
 
 
 def forward_logits(model, ids):
@@ -529,7 +540,8 @@ def main():
     cfg = dict(mhf.COMMON)
     cfg["moe_latent_size"] = mhf.MODELS["latent"][1]
     diffs = {k: (src_cfg.get(k), v) for k, v in cfg.items()
-             if k in src_cfg and src_cfg[k] != v and not (isinstance(v, float) and math.isclose(src_cfg[k], v))}
+             if k in src_cfg and src_cfg[k] != v
+             and not (isinstance(v, float) and isinstance(src_cfg[k], (int, float)) and math.isclose(src_cfg[k], v))}
     if diffs:
         die(f"--src config differs from make_hf_fixtures' latent config: {diffs}")
     cfg.update(OVERRIDES)
@@ -595,7 +607,7 @@ def main():
         save_file(W, os.path.join(tmp, "bf16", "model.safetensors"), metadata={"format": "pt"})
         hf_cfg = mhf.build_config_json(cfg, pattern, os.path.join(tmp, "bf16"))
         model, sd = hf_load(os.path.join(tmp, "bf16"), W, "bf16 model")
-        amax = calibrate(model, sd, W, plan, pattern, cfg, prompts)
+        amax, amax_source = calibrate(model, sd, W, plan, pattern, cfg, prompts)
         bf16_logits = {T: forward_logits(model, ids) for T, ids in prompts.items()}
         del model, sd
 
@@ -711,6 +723,7 @@ def main():
         check("dt clamp never binds (min dt+dt_bias > -6.0; HF clamps at -6.907)", dt_min[0] > -6.0, f"{dt_min[0]:.3f}")
         manifest.update(plan=plan, exclude_modules=exclude, logits=res, dt_plus_bias_min=dt_min[0],
                         input_amax={k: float(v) for k, v in sorted(amax.items())},
+                        input_amax_source=dict(sorted(amax_source.items())),
                         vllm_quant_vs_modelopt=dict(scale_diffs=stats["vllm_quant_scale_diffs"], scales=nsc,
                                                     value_diffs=stats["vllm_quant_value_diffs"], values=nel),
                         nvfp4_code_histogram=hist, max_rel_rms_error=stats["max_rel_rms"])
