@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "tandem/cuda/util.cuh"
@@ -571,23 +570,11 @@ void launch_gemv(const CudaMatmulArgs& a, int64_t items, cudaStream_t s, int64_t
   cuda::launch(gemv_kernel<Q, NR>, grid, dim3(kThreads), smem, s, "gguf gemv", a, xc);
 }
 
-// Row groups per block of a one-row matmul (default 1: a block per row group). An experiment knob,
-// TANDEM_GGUF_GEMV_RGPB=N: fewer, longer-lived blocks that load x and the tables once for N row
-// groups. Only the schedule changes; every output is the same warp's sum in the same order.
-inline int64_t matmul_rg_per_block() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("TANDEM_GGUF_GEMV_RGPB");
-    const long n = e ? std::strtol(e, nullptr, 10) : 1;
-    return int64_t(n >= 1 && n <= 64 ? n : 1);
-  }();
-  return v;
-}
-
 template <class Q>
 void matmul_impl(const CudaMatmulArgs& a, cudaStream_t s) {
   if (a.n == 0 || a.m == 0) return;
   check(a.k % 32 == 0 && a.row_bytes == a.k / Q::kElems * Q::kBytes, "gguf (cuda): bad row geometry");
-  if (a.n == 1) launch_gemv<Q, 1>(a, 1, s, matmul_rg_per_block());
+  if (a.n == 1) launch_gemv<Q, 1>(a, 1, s);
   else if (a.n <= 4) launch_gemv<Q, 4>(a, 1, s);
   else launch_gemv<Q, kMaxRows>(a, (a.n + kMaxRows - 1) / kMaxRows, s);
 }
