@@ -12,6 +12,7 @@
 #include "tandem/cuda/util.cuh"
 #include "formats/exl3/matmul_cuda.cuh"
 #include "formats/exl3/trellis.h"
+#include "tandem/cuda/stream_scratch.cuh"
 #include "tandem/error.h"
 
 namespace tandem::exl3 {
@@ -19,41 +20,11 @@ namespace {
 
 using cuda::check_cuda;
 
-// Stream-ordered scratch for one call that the arena cannot serve (prefill, a capture that would need
-// the arena to grow): the device's default pool keeps freed blocks (release threshold raised once),
-// so after the first calls an allocation is a pool lookup; it is capturable in a CUDA graph. Counters
-// are zeroed on the stream.
-class Scratch {
+// Scratch for one call that the arena cannot serve (prefill, a capture that would need the arena to
+// grow): tandem/cuda/stream_scratch.cuh.
+class Scratch : public cuda::StreamScratch {
  public:
-  Scratch(size_t bytes, size_t counters) {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      int dev = 0;
-      cudaMemPool_t pool;
-      if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-      }
-      (void)cudaGetLastError();
-    });
-    const size_t cbytes = (counters * sizeof(unsigned) + 255) / 256 * 256;
-    if (bytes + cbytes) check_cuda(cudaMallocAsync(&p_, bytes + cbytes, cuda::stream()), "exl3: allocate scratch");
-    if (cbytes) {
-      counters_ = reinterpret_cast<unsigned*>(static_cast<char*>(p_) + bytes);
-      check_cuda(cudaMemsetAsync(counters_, 0, cbytes, cuda::stream()), "exl3: zero counters");
-    }
-  }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, cuda::stream());
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return p_; }
-  unsigned* counters() const { return counters_; }
-
- private:
-  void* p_ = nullptr;
-  unsigned* counters_ = nullptr;
+  Scratch(size_t bytes, size_t counters) : StreamScratch(bytes, counters, "exl3: allocate scratch") {}
 };
 
 // Scratch shared by every EXL3 tensor of the process for the decode GEMV and small gathers: one

@@ -11,6 +11,7 @@
 
 #include "tandem/cuda/util.cuh"
 #include "tandem/cuda/dense.cuh"
+#include "tandem/cuda/stream_scratch.cuh"
 #include "gguf_format.h"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
@@ -79,38 +80,9 @@ std::unique_ptr<Buffer> upload_grid(Backend& be, const std::string& type) {
   return upload_parts(be, {{static_cast<const uint8_t*>(g.data), g.bytes}});
 }
 
-// The workspace of one prefill GEMM (the split activations, the gather's plan), stream-ordered: the
-// device's default pool keeps freed blocks (release threshold raised once), so after the first calls
-// an allocation is a pool lookup, and it can be captured in a CUDA graph.
-class Scratch {
- public:
-  explicit Scratch(size_t bytes) {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      int dev = 0;
-      cudaMemPool_t pool;
-      if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-      }
-      (void)cudaGetLastError();
-    });
-    if (bytes) check_cuda(cudaMallocAsync(&p_, bytes, cuda::stream()), "gguf (cuda): allocate prefill workspace");
-  }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, cuda::stream());
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return p_; }
-
- private:
-  void* p_ = nullptr;
-};
-
 // Prefill on the type's tensor-core GEMM (CudaQuantOps::gemm), with its workspace.
 void run_gemm(const CudaQuantOps& ops, const CudaMatmulArgs& a) {
-  Scratch ws(ops.gemm_workspace(a));
+  cuda::StreamScratch ws(ops.gemm_workspace(a), 0, "gguf (cuda): allocate prefill workspace");
   ops.gemm(a, ws.get(), cuda::stream());
 }
 
