@@ -11,20 +11,14 @@
 #include "tandem/model.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 using namespace tandem;
 using namespace tandem::nvfp4::test;
 
 namespace {
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(tandem::test::plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
+using ::tandem::test::registry;
 
 std::vector<float> run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& cont) {
   auto seq = m.new_sequence(64);

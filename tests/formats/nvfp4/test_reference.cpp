@@ -15,30 +15,15 @@
 #include "tandem/registry.h"
 #include "tandem/weights.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::nvfp4::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(tandem::test::plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::vector<int32_t> v;
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return v;
-  int x;
-  while (std::fscanf(f, "%d", &x) == 1) v.push_back(x);
-  std::fclose(f);
-  return v;
-}
+using ::tandem::test::registry;
+using ::tandem::test::read_ids;
 
 float ulp(float v) {
   const float a = std::abs(v);

@@ -18,6 +18,7 @@
 #include "tandem/model_config.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 using namespace tandem;
 using namespace tandem::nvfp4;
@@ -26,14 +27,7 @@ using tandem::test::expect_error;
 
 namespace {
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(tandem::test::plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
+using ::tandem::test::registry;
 
 // What open_modelopt logs at info level while it runs.
 struct OpenResult {

@@ -14,18 +14,12 @@
 #include "tandem/model.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::nvfp4::test {
 namespace {
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(tandem::test::plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
+using ::tandem::test::registry;
 
 const std::string& model_dir() {
   static tandem::test::TempDir* dir = new tandem::test::TempDir("tandem-nvfp4-model-cuda");

@@ -14,34 +14,19 @@
 #include "tandem/npy.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::nvfp4::test {
 namespace {
 
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(tandem::test::plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
+using ::tandem::test::registry;
+using ::tandem::test::read_ids;
 
 std::unique_ptr<Model> load(const std::string& device) {
   LoadOptions o;
   o.path = reference_dir();
   o.device = device;
   return Model::load(o, registry());
-}
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::vector<int32_t> v;
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return v;
-  int x;
-  while (std::fscanf(f, "%d", &x) == 1) v.push_back(x);
-  std::fclose(f);
-  return v;
 }
 
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const NpyArray& hf, int len, int V,
