@@ -20,22 +20,10 @@
 #include "tandem/model.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/formats/mlx/mlx_test_util.h"
 
 namespace tandem::test {
 namespace {
-
-class NoCalibrationHost final : public ConvertHost {
- public:
-  explicit NoCalibrationHost(PluginRegistry& reg) : reg_(reg) {}
-  PluginRegistry& registry() override { return reg_; }
-  const Checkpoint& input() override { fail("the mlx converter opens its input itself"); }
-  Calibration calibrate(const std::string&, const std::set<std::string>&, int64_t, int64_t) override {
-    fail("the mlx converter needs no calibration");
-  }
-
- private:
-  PluginRegistry& reg_;
-};
 
 std::vector<float> run(const std::string& path, PluginRegistry& reg, const std::string& want_format) {
   LoadOptions o;
