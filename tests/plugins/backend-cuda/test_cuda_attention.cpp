@@ -9,16 +9,13 @@
 #include <map>
 #include <string>
 
+#include "attention_test_util.h"
 #include "cuda_test.h"
 #include "plugins/backend-cuda/kernels_cuda.cuh"
 #include "plugins/cpu/kernels.h"
 
 namespace tandem::test {
 namespace {
-
-struct Shape {
-  int nq, nkv, hd;
-};
 
 // The tolerance of a pass of n rows (absolute; outputs are convex combinations of v ∈ [−1, 1]).
 double tolerance(int64_t n) { return n > cuda::kAttentionSplitRows ? 2e-5 : 1e-5; }
@@ -115,18 +112,8 @@ double check_long_case(Backend& be, Shape s, int64_t ctx, const std::vector<int6
   const int64_t qw = int64_t(s.nq) * s.hd, kw = int64_t(s.nkv) * s.hd;
   const std::string what = "nq " + std::to_string(s.nq) + " nkv " + std::to_string(s.nkv) + " hd " +
                            std::to_string(s.hd) + " context " + std::to_string(ctx);
-  const auto q = random_vec(size_t(rows * qw), seed, -1.5f, 1.5f);
-  const auto k = random_vec(size_t(cap * kw), seed + 1, -1.5f, 1.5f);
-  const auto v = random_vec(size_t(cap * kw), seed + 2, -1.f, 1.f);
-
-  std::vector<float> want(size_t(rows * qw), NAN);
-  {
-    std::vector<float> kc(k), vc(v);
-    cpu::attention(Tensor::f32(const_cast<float*>(q.data()), rows, qw),
-                   Tensor::f32(const_cast<float*>(k.data()) + pos0 * kw, rows, kw),
-                   Tensor::f32(const_cast<float*>(v.data()) + pos0 * kw, rows, kw), kc.data(), vc.data(), cap, pos0,
-                   s.nq, s.nkv, s.hd, Tensor::f32(want.data(), rows, qw));
-  }
+  const AttentionInputs in = attention_inputs(s, pos0, rows, seed);
+  const std::vector<float>&q = in.q, &k = in.k, &v = in.v, &want = in.want;
   std::vector<float> hk(k), hv(v);
   std::fill(hk.begin() + pos0 * kw, hk.end(), NAN);
   std::fill(hv.begin() + pos0 * kw, hv.end(), NAN);

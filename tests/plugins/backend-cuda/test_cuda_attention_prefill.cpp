@@ -13,18 +13,14 @@
 #include <algorithm>
 #include <string>
 
+#include "attention_test_util.h"
 #include "cuda_test.h"
 #include "plugins/backend-cuda/kernels_cuda.cuh"
-#include "plugins/cpu/kernels.h"
 
 namespace tandem::test {
 namespace {
 
 constexpr double kTol = 2e-5;
-
-struct Shape {
-  int nq, nkv, hd;
-};
 
 std::string describe(Shape s, int64_t pos0, int64_t n) {
   return "nq " + std::to_string(s.nq) + " nkv " + std::to_string(s.nkv) + " hd " + std::to_string(s.hd) + " pos0 " +
@@ -42,17 +38,8 @@ double check_prefill(cuda::CudaBackend& be, Shape s, int64_t pos0, const std::ve
                      float q_range = 1.5f) {
   const int64_t rows = *std::max_element(ns.begin(), ns.end()), cap = pos0 + rows;
   const int64_t qw = int64_t(s.nq) * s.hd, kw = int64_t(s.nkv) * s.hd;
-  const auto q = random_vec(size_t(rows * qw), seed, -q_range, q_range);
-  const auto k = random_vec(size_t(cap * kw), seed + 1, -1.5f, 1.5f);
-  const auto v = random_vec(size_t(cap * kw), seed + 2, -1.f, 1.f);
-  std::vector<float> want(size_t(rows * qw), NAN);
-  {
-    std::vector<float> kc(k), vc(v);
-    cpu::attention(Tensor::f32(const_cast<float*>(q.data()), rows, qw),
-                   Tensor::f32(const_cast<float*>(k.data()) + pos0 * kw, rows, kw),
-                   Tensor::f32(const_cast<float*>(v.data()) + pos0 * kw, rows, kw), kc.data(), vc.data(), cap, pos0,
-                   s.nq, s.nkv, s.hd, Tensor::f32(want.data(), rows, qw));
-  }
+  const AttentionInputs in = attention_inputs(s, pos0, rows, seed, q_range);
+  const std::vector<float>&q = in.q, &k = in.k, &v = in.v, &want = in.want;
   auto dq = to_device(be, q);
   double worst = 0;
   std::vector<std::pair<int64_t, std::vector<float>>> passes;
