@@ -25,8 +25,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tandem/cuda/util.cuh"
+#include "tandem/cuda/async_copy.cuh"
 #include "tandem/cuda/device_bits.cuh"
+#include "tandem/cuda/util.cuh"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
 
@@ -36,6 +37,9 @@ namespace tandem::gguf::kcuda {
 // a CPU-only test (tests/formats/gguf/cuda/test_decode_host.cu) checks every decoder bit for bit.
 #define TANDEM_HD __host__ __device__ __forceinline__
 
+using cuda::cp_async16;
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
 using cuda::funnel_r;
 using cuda::prmt;
 TANDEM_HD uint32_t popc(uint32_t v) {
@@ -150,18 +154,6 @@ struct InOrder {
 struct NibbleSplit16 {
   __host__ __device__ static constexpr int off(int P, int g) { return 8 * P + 16 * g; }
 };
-
-// ---- asynchronous global → shared copies (sm_80+) ----
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // ---- lookup tables in shared memory ----
 

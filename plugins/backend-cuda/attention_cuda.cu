@@ -1,9 +1,10 @@
 // Causal GQA attention over the f32 KV cache with an online fp32 softmax over tiles of keys. Decode
 // and verify passes (n ≤ kAttentionSplitRows) split the keys of each row into kAttentionSplits
 // ranges, one block per (kv head, split, chunk of (row, head) pairs) sharing each loaded tile among
-// the query heads of the group and the rows of the chunk, then merge the partials; longer passes run
-// one block per (query row, head). Either way a row's tiling and reduction trees depend only on its own length, so its result
-// is batch invariant.
+// the query heads of the group and the rows of the chunk, then merge the partials; their tiling and
+// reduction trees depend only on the row's own length, so a row's result is batch invariant. Longer
+// passes (prefill) run the flash kernel on tensor cores (attention_prefill_cuda.cu), or, for head
+// dims above its largest instance (128), one SIMT block per (query row, head) here.
 #include <algorithm>
 #include <cmath>
 
@@ -367,7 +368,10 @@ void launch_split(const float* q, const float* k_cache, const float* v_cache, in
 
 }  // namespace
 
-void prepare_attention() { (void)split_smem_limit(); }
+void prepare_attention() {
+  (void)split_smem_limit();
+  prepare_attention_prefill();
+}
 
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
                       int nkv, int hd, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
@@ -376,6 +380,8 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
   check(hd <= kMaxHeadDim, "attention (cuda): head_dim ", hd, " exceeds the kernel's limit ", kMaxHeadDim);
   const float scale = 1.0f / sqrtf(float(hd));
   if (n > kAttentionSplitRows) {
+    if (launch_attention_prefill(q, k_cache, v_cache, n, pos0, nq, nkv, hd, out, stream, pos0_device)) return;
+    // hd > 128: the flash kernel's registers (16 × hd outputs per warp) would not fit.
     const size_t smem = size_t(hd + kTile) * sizeof(float);
     dim3 grid(unsigned(nq), unsigned(std::min<int64_t>(n, 65535)));
     attention_kernel<<<grid, kThreads, smem, stream>>>(q, k_cache, v_cache, n, pos0, pos0_device, nq, nkv, hd, scale,

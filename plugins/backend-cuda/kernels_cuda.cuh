@@ -42,12 +42,20 @@ constexpr int kMaxHeadDim = 512;
 constexpr int kAttentionSplitRows = 64;
 constexpr int kAttentionSplits = 128;
 size_t attention_workspace_bytes(int64_t n, int nq, int hd);
-// Sets the split kernels' attributes (shared memory past 48 KB) on the current device, once; the
-// first split launch calls it too. The backend calls it when created, outside any recording.
+// Sets the split and flash kernels' attributes (shared memory past 48 KB) on the current device,
+// once; the first launch calls it too. The backend calls it when created, outside any recording.
 void prepare_attention();
 void launch_attention(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
                       int nq, int nkv, int hd, float* out, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream, const int64_t* pos0_device = nullptr);
+// The flash kernel behind launch_attention's passes of n > kAttentionSplitRows rows (tensor cores,
+// 3xTF32; attention_prefill_cuda.cu), callable for any n so that tests can check it on short passes
+// too. Same contract as launch_attention, no workspace; false (nothing queued) when hd > 128, which
+// it does not instantiate. prepare_attention_prefill sets its shared-memory attributes, once.
+bool launch_attention_prefill(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
+                              int nq, int nkv, int hd, float* out, cudaStream_t stream,
+                              const int64_t* pos0_device = nullptr);
+void prepare_attention_prefill();
 // Rows k, v [n, kw] into the caches at rows *pos0_device .. *pos0_device + n − 1.
 void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0_device,
                       float* k_cache, float* v_cache, cudaStream_t stream);

@@ -2,7 +2,8 @@
 // formats/exl3/kernels_cuda.cuh): one mma.sync.m16n8k16 (fp16 × fp16 → fp32) and the exact
 // activation split — a group scaled by a power of two into [2^14, 2^15) (pow2_scale<14>, device_bits.cuh),
 // then x' = hi + lo in fp16 —
-// and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32).
+// and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32); for the backend's flash
+// attention one mma.sync.m16n8k8 (tf32 × tf32 → fp32) and the 3xTF32 split of an fp32 operand.
 // Owner: n/a. Thread: any. Sync: none (mma16816 needs the whole warp converged).
 #pragma once
 #include <cuda_fp16.h>
@@ -34,6 +35,35 @@ __device__ __forceinline__ void mma16832_u8s8(int (&d)[4], uint32_t a0, uint32_t
       "{%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += A·B for the warp's m16n8k8 tf32 fragments: A regs a0..a3 hold rows g, g+8, g, g+8 (g = lane/4)
+// at k = lane%4 (a2, a3: +4); B regs b0, b1 column g at k = lane%4 and lane%4 + 4; d0, d1 row g,
+// columns 2·(lane%4) + 0, 1; d2, d3 row g+8. The tensor core reads only the top 19 bits of each
+// operand (the low 13 bits of an fp32 pattern are truncated away).
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// x = hi + lo for 3xTF32: hi is x rounded to tf32 (half a tf32 ulp added to the bits, then the low
+// 13 bits cleared), so |lo| ≤ 2^-11·|x| and lo = x − hi is exact in fp32; lo goes to the tensor core
+// as it is, which truncates it to tf32 (a further error ≤ 2^-21·|x|).
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// d += A·B to about fp32 accuracy: three tf32 products, the small cross terms first (A_lo·B_hi,
+// A_hi·B_lo, then A_hi·B_hi; A_lo·B_lo ≈ 2^-22 relative is dropped).
+__device__ __forceinline__ void mma1688_3xtf32(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                               uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+  mma1688_tf32(d, al[0], al[1], al[2], al[3], bh0, bh1);
+  mma1688_tf32(d, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
+  mma1688_tf32(d, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
 }
 
 // x = hi + lo with hi = fp16(x), lo = fp16(x − hi): about 22 significant bits.
