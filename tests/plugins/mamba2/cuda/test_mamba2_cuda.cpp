@@ -14,6 +14,7 @@
 #include "mixer_cpu.h"
 #include "mixer_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
+#include "rel_err.h"
 #include "tandem/cuda/util.h"
 
 namespace tandem::mamba2::test {
@@ -129,16 +130,6 @@ struct Pair {
   Mamba2State fresh_cpu() const { return Mamba2State(cpu->dims()); }
 };
 
-// max |got − ref| / max |ref|.
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double scale = 1e-30, m = 0;
-  for (float v : ref) scale = std::max(scale, double(std::abs(v)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    m = std::max(m, std::abs(double(got[i]) - ref[i]));
-  }
-  return m / scale;
-}
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_probe.h"
+#include "rel_err.h"
 #include "scan_cpu.h"
 #include "scan_cuda.cuh"
 #include "test_util.h"
@@ -68,17 +69,6 @@ struct Inputs {
         d(random_vec(size_t(dm.nh), seed + 3)),
         s0(random_vec(size_t(dm.nh) * dm.P * dm.N, seed + 4)) {}
 };
-
-// max |got − ref| / max |ref|; infinite when got holds a NaN.
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double scale = 1e-30, m = 0;
-  for (float v : ref) scale = std::max(scale, double(std::abs(v)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    m = std::max(m, std::abs(double(got[i]) - ref[i]));
-  }
-  return m / scale;
-}
 
 struct GpuScan {
   std::vector<float> y, s;
