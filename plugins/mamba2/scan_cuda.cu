@@ -5,6 +5,7 @@
 
 #include "tandem/cuda/util.cuh"
 #include "scan_cuda.cuh"
+#include "scan_layout.cuh"
 
 namespace tandem::mamba2 {
 
@@ -86,19 +87,7 @@ __global__ void shift_window_kernel(WindowShift w) {
   shift_window_range(w, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
-struct Layout {
-  int nh, P, G, N, hpg;
-  int64_t d_in, stride;
-  __device__ const float* x(const float* xbc, int t, int h) const { return xbc + t * stride + int64_t(h) * P; }
-  __device__ const float* b(const float* xbc, int t, int h) const { return xbc + t * stride + d_in + int64_t(h / hpg) * N; }
-  __device__ const float* c(const float* xbc, int t, int h) const {
-    return xbc + t * stride + d_in + int64_t(G + h / hpg) * N;
-  }
-};
-
-Layout layout_of(const Dims& dm, int64_t stride) {
-  return Layout{dm.nh, dm.P, dm.G, dm.N, dm.heads_per_group(), dm.d_in, stride};
-}
+using Layout = ScanLayout;
 
 __global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = sel0, sel[1] = sel1; }
 

@@ -42,6 +42,7 @@
 
 #include "tandem/cuda/util.cuh"
 #include "scan_cuda.cuh"
+#include "scan_layout.cuh"
 
 namespace tandem::mamba2 {
 
@@ -60,16 +61,6 @@ constexpr int kLdSlice = kSlice + 4;
 constexpr int kSegChunks = 16;     // chunks of states the workspace holds (16·nh·P·N floats)
 constexpr int kPassThreads = 256;
 static_assert(kT % 16 == 0 && kSlice % 8 == 0, "whole mma tiles");
-
-struct SsdView {
-  int nh, P, G, N, hpg;
-  int64_t d_in, stride;
-  __device__ const float* x(const float* xbc, int t, int h) const { return xbc + t * stride + int64_t(h) * P; }
-  __device__ const float* b(const float* xbc, int t, int h) const { return xbc + t * stride + d_in + int64_t(h / hpg) * N; }
-  __device__ const float* c(const float* xbc, int t, int h) const {
-    return xbc + t * stride + d_in + int64_t(G + h / hpg) * N;
-  }
-};
 
 // ---- 3xTF32 warp GEMM pieces ----
 __device__ __forceinline__ uint32_t tf32_of(float v) {
@@ -159,8 +150,9 @@ __global__ void chunk_cumsum_kernel(int nh, const float* dt, int n, int qc, cons
 }
 
 // Grid (P-tiles · N-tiles, chunks of the segment, nh). ds[c][h][p][k] = Σ_j w_j·x_j[p]·B_j[k].
-__global__ void __launch_bounds__(kThreadsSsd) chunk_state_kernel(SsdView V, const float* xbc, const float* dt, int n,
-                                                                  int qc, int c0, const float* lam, float* ds) {
+__global__ void __launch_bounds__(kThreadsSsd)
+    chunk_state_kernel(ScanLayout V, const float* xbc, const float* dt, int n, int qc, int c0, const float* lam,
+                       float* ds) {
   __shared__ float xw[kT * kLdCol];  // xw[j][p] = w_j·x_j[p0 + p]: A(p, j), read down the column
   __shared__ float bs[kT * kLdCol];  // bs[j][k] = B_j[k0 + k]:      B(j, k), read down the column
   __shared__ float w[kT];
@@ -225,9 +217,9 @@ __global__ void state_pass_kernel(int nh, int64_t hs, int n, int qc, int c0, int
 }
 
 // Grid (P-tiles, chunks of the segment, nh): y rows of chunk c, columns p0 … p0 + 63 of head h.
-__global__ void __launch_bounds__(kThreadsSsd) chunk_out_kernel(SsdView V, const float* xbc, const float* dt, int n,
-                                                                int qc, int c0, const float* lam, const float* d,
-                                                                const float* states, float* y) {
+__global__ void __launch_bounds__(kThreadsSsd)
+    chunk_out_kernel(ScanLayout V, const float* xbc, const float* dt, int n, int qc, int c0, const float* lam,
+                     const float* d, const float* states, float* y) {
   // During the K loop over N: three [64][kLdSlice] slices. After it: M [64][kLdRow] and X [64][kLdCol].
   constexpr int kLoop = 3 * kT * kLdSlice, kAfter = kT * (kLdRow + kLdCol);
   __shared__ float smem[kLoop > kAfter ? kLoop : kAfter];
@@ -333,7 +325,7 @@ void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, co
                      "mamba2 scan_chunked: copy state");
     return;
   }
-  const SsdView V{dm.nh, dm.P, dm.G, dm.N, dm.heads_per_group(), dm.d_in, in.xbc_stride};
+  const ScanLayout V = layout_of(dm, in.xbc_stride);
   const int qc = ssd_chunk_len(dm.Q), n = in.n;
   const int chunks = int(ceil_div(n, qc));
   float* lam = static_cast<float*>(workspace);
