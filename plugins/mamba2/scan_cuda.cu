@@ -1,10 +1,11 @@
 // CUDA kernels of the Mamba2 mixer. The step kernel gives each (head, p) row of the SSM state to one
-// warp, the row held in registers across all steps of the launch; the chunked scan does the same per
-// chunk, with C·B and the Δ·A cumsums of every chunk computed up front into the workspace.
+// warp, the row held in registers across all steps of the launch. The chunked scan of prefill is in
+// ssd_cuda.cu (tensor cores).
 #include <algorithm>
 
 #include "tandem/cuda/util.cuh"
 #include "scan_cuda.cuh"
+#include "scan_layout.cuh"
 
 namespace tandem::mamba2 {
 
@@ -86,19 +87,7 @@ __global__ void shift_window_kernel(WindowShift w) {
   shift_window_range(w, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
-struct Layout {
-  int nh, P, G, N, hpg;
-  int64_t d_in, stride;
-  __device__ const float* x(const float* xbc, int t, int h) const { return xbc + t * stride + int64_t(h) * P; }
-  __device__ const float* b(const float* xbc, int t, int h) const { return xbc + t * stride + d_in + int64_t(h / hpg) * N; }
-  __device__ const float* c(const float* xbc, int t, int h) const {
-    return xbc + t * stride + d_in + int64_t(G + h / hpg) * N;
-  }
-};
-
-Layout layout_of(const Dims& dm, int64_t stride) {
-  return Layout{dm.nh, dm.P, dm.G, dm.N, dm.heads_per_group(), dm.d_in, stride};
-}
+using Layout = ScanLayout;
 
 __global__ void set_selectors_kernel(int* sel, int sel0, int sel1) { sel[0] = sel0, sel[1] = sel1; }
 
@@ -153,100 +142,6 @@ __global__ void steps_kernel(Layout L, const float* xbc, const float* dt, int n,
       }
       const float tot = warp_sum(part);
       if (lane == 0) y[int64_t(t) * L.d_in + int64_t(h) * L.P + p] = tot + d[h] * xv;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) {
-    const int k = lane + 32 * i;
-    if (k < L.N) s_out[row + k] = s[i];
-  }
-}
-
-// CB[chunk][g][i][j] = C_i · B_j (j ≤ i) for every chunk of the pass.
-__global__ void chunk_cb_kernel(Layout L, const float* xbc, int n, int Q, float* cb) {
-  const int chunk = blockIdx.x, g = blockIdx.y;
-  const int t0 = chunk * Q;
-  const int q = min(Q, n - t0);
-  const int h = g * L.hpg;  // any head of group g reads its B and C
-  float* m = cb + (int64_t(chunk) * L.G + g) * Q * Q;
-  for (int idx = threadIdx.x; idx < q * q; idx += blockDim.x) {
-    const int i = idx / q, j = idx % q;
-    if (j > i) continue;
-    const float* ci = L.c(xbc, t0 + i, h);
-    const float* bj = L.b(xbc, t0 + j, h);
-    float acc = 0.0f;
-    for (int k = 0; k < L.N; ++k) acc = acc + ci[k] * bj[k];
-    m[i * Q + j] = acc;
-  }
-}
-
-// lam[h][t] = Σ Δ·A from the start of t's chunk through t.
-__global__ void chunk_cumsum_kernel(Layout L, const float* dt, int n, int Q, const float* a, float* lam) {
-  const int chunk = blockIdx.x;
-  const int t0 = chunk * Q;
-  const int q = min(Q, n - t0);
-  for (int h = threadIdx.x; h < L.nh; h += blockDim.x) {
-    float run = 0.0f;
-    for (int i = 0; i < q; ++i) {
-      run = run + dt[int64_t(t0 + i) * L.nh + h] * a[h];
-      lam[int64_t(h) * n + t0 + i] = run;
-    }
-  }
-}
-
-// One warp per state row (h, p), chunk after chunk: outputs from the entering state and the
-// decay-masked intra-chunk sum, then the state passed on to the next chunk.
-__global__ void chunk_scan_kernel(Layout L, const float* xbc, const float* dt, int n, int Q, const float* d,
-                                  const float* cb, const float* lam, const float* s_in, float* s_out, float* y) {
-  const int h = blockIdx.x;
-  const int p = blockIdx.y * kWarps + (threadIdx.x >> 5);
-  if (p >= L.P) return;
-  const int lane = threadIdx.x & 31;
-  const int g = h / L.hpg;
-  const int64_t row = (int64_t(h) * L.P + p) * L.N;
-  const float* lh = lam + int64_t(h) * n;
-  float s[kRegs];
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) {
-    const int k = lane + 32 * i;
-    s[i] = k < L.N ? s_in[row + k] : 0.0f;
-  }
-  for (int t0 = 0, chunk = 0; t0 < n; t0 += Q, ++chunk) {
-    const int q = min(Q, n - t0);
-    const float* m = cb + (int64_t(chunk) * L.G + g) * Q * Q;
-    for (int i = 0; i < q; ++i) {
-      const float li = lh[t0 + i];
-      const float* ci = L.c(xbc, t0 + i, h);
-      float part = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kRegs; ++r) {
-        const int k = lane + 32 * r;
-        if (k < L.N) part = part + s[r] * ci[k];
-      }
-      float diag = 0.0f;
-      for (int j = lane; j <= i; j += 32) {
-        const float w = m[i * Q + j] * expf(li - lh[t0 + j]) * dt[int64_t(t0 + j) * L.nh + h];
-        diag = diag + w * L.x(xbc, t0 + j, h)[p];
-      }
-      const float off = warp_sum(part), in = warp_sum(diag);
-      if (lane == 0) {
-        const float xi = L.x(xbc, t0 + i, h)[p];
-        y[int64_t(t0 + i) * L.d_in + int64_t(h) * L.P + p] = expf(li) * off + in + d[h] * xi;
-      }
-    }
-    // S ← exp(Λ_last)·S + Σ_j exp(Λ_last − Λ_j)·Δ_j·x_j ⊗ B_j.
-    const float last = lh[t0 + q - 1];
-    const float e_last = expf(last);
-#pragma unroll
-    for (int r = 0; r < kRegs; ++r) s[r] = s[r] * e_last;
-    for (int j = 0; j < q; ++j) {
-      const float wx = expf(last - lh[t0 + j]) * dt[int64_t(t0 + j) * L.nh + h] * L.x(xbc, t0 + j, h)[p];
-      const float* bj = L.b(xbc, t0 + j, h);
-#pragma unroll
-      for (int r = 0; r < kRegs; ++r) {
-        const int k = lane + 32 * r;
-        if (k < L.N) s[r] = s[r] + wx * bj[k];
-      }
     }
   }
 #pragma unroll
@@ -534,34 +429,6 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
   dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
   cuda::launch(steps_kernel, grid, dim3(kThreads), 0, stream, "mamba2 scan_steps", layout_of(dm, in.xbc_stride), in.xbc,
                in.dt, in.n, a, d, states.buf[0], states.buf[1], states.sel, y, WindowShift{});
-}
-
-size_t scan_chunked_workspace_bytes(const Dims& dm, int n) {
-  const int64_t chunks = ceil_div(std::max(n, 1), dm.Q);
-  return size_t(chunks * dm.G * dm.Q * dm.Q + int64_t(dm.nh) * std::max(n, 1)) * sizeof(float);
-}
-
-void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
-                         float* s_out, float* y, void* workspace, cudaStream_t stream) {
-  check_dims(dm);
-  const Layout L = layout_of(dm, in.xbc_stride);
-  if (in.n == 0) {
-    cuda::check_cuda(cudaMemcpyAsync(s_out, s_in, size_t(dm.nh) * dm.P * dm.N * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, stream),
-                     "mamba2 scan_chunked: copy state");
-    return;
-  }
-  const int chunks = int(ceil_div(in.n, dm.Q));
-  check(chunks <= 65535, "mamba2 (cuda): ", in.n, " tokens exceed one chunked-scan launch");
-  float* cb = static_cast<float*>(workspace);
-  float* lam = cb + int64_t(chunks) * dm.G * dm.Q * dm.Q;
-  chunk_cb_kernel<<<dim3(unsigned(chunks), unsigned(dm.G)), kThreads, 0, stream>>>(L, in.xbc, in.n, dm.Q, cb);
-  check_launch("mamba2 chunk_cb");
-  chunk_cumsum_kernel<<<unsigned(chunks), 128, 0, stream>>>(L, in.dt, in.n, dm.Q, a, lam);
-  check_launch("mamba2 chunk_cumsum");
-  dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kWarps)));
-  chunk_scan_kernel<<<grid, kThreads, 0, stream>>>(L, in.xbc, in.dt, in.n, dm.Q, d, cb, lam, s_in, s_out, y);
-  check_launch("mamba2 chunk_scan");
 }
 
 void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream) {

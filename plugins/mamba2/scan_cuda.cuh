@@ -104,7 +104,12 @@ struct VerifyPass {
 };
 void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream);
 
-// scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n).
+// scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n), on
+// tensor cores in 3xTF32 (ssd_cuda.cu). Its chunks are ssd_chunk_len(dm.Q) tokens: the largest divisor
+// of dm.Q that is ≤ kSsdChunk, so passes split at multiples of dm.Q still give the bits of one pass.
+// The rounding differs from scan_chunked's (test_mamba2_ssd_cuda holds the two within 1e-4 of the largest value).
+constexpr int kSsdChunk = 64;
+int ssd_chunk_len(int model_chunk);
 size_t scan_chunked_workspace_bytes(const Dims& dm, int n);
 void launch_scan_chunked(const Dims& dm, const ScanInput& in, const float* a, const float* d, const float* s_in,
                          float* s_out, float* y, void* workspace, cudaStream_t stream);

@@ -14,6 +14,7 @@
 #include "mixer_cpu.h"
 #include "mixer_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
+#include "rel_err.h"
 #include "tandem/cuda/util.h"
 
 namespace tandem::mamba2::test {
@@ -129,16 +130,6 @@ struct Pair {
   Mamba2State fresh_cpu() const { return Mamba2State(cpu->dims()); }
 };
 
-// max |got − ref| / max |ref|.
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double scale = 1e-30, m = 0;
-  for (float v : ref) scale = std::max(scale, double(std::abs(v)));
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    m = std::max(m, std::abs(double(got[i]) - ref[i]));
-  }
-  return m / scale;
-}
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
@@ -152,17 +143,21 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LT(e, kTol) << what;
 }
 
+// Prefill runs the tensor-core SSD scan (ssd_cuda.cu, chunks of ssd_chunk_len(chunk_size) tokens);
+// the CPU mixer runs its fp32 chunked scan with chunks of chunk_size. Lengths straddle both chunk
+// grids; 300 tokens at chunk 16 take 19 chunks (two workspace segments).
 TEST(Mamba2Cuda, PrefillMatchesCpuAcrossChunkShapes) {
   TANDEM_SKIP_WITHOUT_CUDA();
-  for (bool wide : {false, true}) {
-    Pair L(wide ? wide_desc() : small_desc(), wide ? 11 : 7);
-    for (int n : {1, 15, 16, 37, 130}) {
+  uint64_t seed = 7;
+  for (const MambaDesc& desc : {small_desc(), wide_desc(), odd_desc(), bolt_desc()}) {
+    Pair L(desc, seed += 4);
+    for (int n : {1, 15, 16, 37, 65, 130, 300}) {
       auto x = random_vec(size_t(n) * kHidden, 100 + n);
       Mamba2State cs = L.fresh_cpu();
       auto gs = L.fresh_gpu();
       auto want = L.run_cpu(cs, x, 0, n, ForwardMode::Prefill);
       auto got = L.run_gpu(*gs, x, 0, n, ForwardMode::Prefill);
-      const std::string what = std::string(wide ? "wide" : "small") + " n=" + std::to_string(n);
+      const std::string what = std::string(desc_name(desc)) + " n=" + std::to_string(n);
       expect_close(got, want, "output, " + what);
       expect_close(gs->download_ssm(), cs.ssm(), "ssm state, " + what);
       expect_close(gs->download_conv(), cs.conv(), "conv window, " + what);
