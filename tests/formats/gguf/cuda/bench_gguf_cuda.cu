@@ -224,6 +224,18 @@ void bench_tc(const Ceilings& c) {
                   (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3, gb / (t1 * 1e-3),
                   t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, dmax / ymax);
     }
+    // The prototype's one tuning knob: tiles per warp (0 = its occupancy-based choice).
+    for (int64_t n : {1, 16})
+      for (int tpw : {0, 1, 2, 3, 4, 6}) {
+        auto tcg = [&](int i) {
+          kcuda::launch_gemv_tc(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, static_cast<const float*>(x),
+                                static_cast<float*>(y1), n, 1.0f, 0, ws, s, tpw);
+        };
+        const double t = time_graph(tcg, calls);
+        std::printf("  tc n=%-2lld tiles_per_warp %d%s: %7.2f us %5.0f GB/s\n", (long long)n,
+                    tpw ? tpw : kcuda::tc_tiles_per_warp(ts, n > 8 ? 2 : 1), tpw ? "" : " (auto)", t * 1e3,
+                    double(ts.bytes()) / 1e9 / (t * 1e-3));
+      }
     for (int i = 0; i < copies; ++i) cudaFree(raw[size_t(i)]), cudaFree(tc[size_t(i)]);
     cudaFree(ws), cudaFree(x), cudaFree(y0), cudaFree(y1);
   }
