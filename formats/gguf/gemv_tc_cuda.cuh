@@ -88,8 +88,8 @@ inline uint8_t tc_scale_byte(uint8_t b) {
 
 // NVFP4 rows (GGUF blocks of 36 bytes, k / 64 per row) into the layout above: nib bytes, then sc.
 inline std::vector<uint8_t> repack_nvfp4_tc(const uint8_t* blocks, int64_t m, int64_t k, const std::string& name) {
-  check(k > 0 && k % 64 == 0 && m > 0, "gguf tc gemv: tensor '", name, "' needs k a positive multiple of 64 and m > 0, found [",
-        m, ", ", k, "]");
+  check(k > 0 && k % 64 == 0 && m > 0, "gguf tc gemv: tensor '", name,
+        "' needs k a positive multiple of 64 and m > 0, found [", m, ", ", k, "]");
   const TcShape s = tc_shape(m, k);
   const int64_t row_bytes = k / 64 * 36, real_steps = k / 16;
   std::vector<uint8_t> out(s.bytes(), 0);
@@ -139,7 +139,7 @@ struct TcArgs {
   float* y = nullptr;        // device, n rows of m
   int n = 0;                 // 1..16
   float scale = 1.0f;
-  int epilogue = 0;          // as CudaMatmulArgs
+  int epilogue = 0;           // as CudaMatmulArgs
   unsigned* count = nullptr;  // workspace
   float* part = nullptr;
   int tiles_per_warp = 1;
@@ -161,8 +161,12 @@ __device__ __forceinline__ uint32_t tc_u32(__half2 h) {
   return u;
 }
 // a · (the low or high half of s, broadcast): exact (see Numbers).
-__device__ __forceinline__ uint32_t tc_mul_lo(uint32_t a, uint32_t s) { return tc_u32(__hmul2(tc_h2(a), __low2half2(tc_h2(s)))); }
-__device__ __forceinline__ uint32_t tc_mul_hi(uint32_t a, uint32_t s) { return tc_u32(__hmul2(tc_h2(a), __high2half2(tc_h2(s)))); }
+__device__ __forceinline__ uint32_t tc_mul_lo(uint32_t a, uint32_t s) {
+  return tc_u32(__hmul2(tc_h2(a), __low2half2(tc_h2(s))));
+}
+__device__ __forceinline__ uint32_t tc_mul_hi(uint32_t a, uint32_t s) {
+  return tc_u32(__hmul2(tc_h2(a), __high2half2(tc_h2(s))));
+}
 
 __device__ __forceinline__ uint4 tc_ldg(const uint8_t* p) {
   uint4 v;
@@ -172,9 +176,17 @@ __device__ __forceinline__ uint4 tc_ldg(const uint8_t* p) {
   return v;
 }
 
+template <int NT>
+__device__ __forceinline__ void tc_zero(float (&a)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) a[nt][0] = a[nt][1] = a[nt][2] = a[nt][3] = 0.0f;
+}
+
 // Shared memory: NT n8 tiles × 64 steps × 8 columns × 4 lanes of {hi b0, hi b1, lo b0, lo b1}, then
 // the group factors 2^(14 − e) of 16 rows × 8 groups.
-__host__ __device__ constexpr size_t tc_smem_bytes(int nt) { return size_t(nt) * kTcSliceSteps * 8 * 4 * 16 + 16 * 8 * 4; }
+__host__ __device__ constexpr size_t tc_smem_bytes(int nt) {
+  return size_t(nt) * kTcSliceSteps * 8 * 4 * 16 + 16 * 8 * 4;
+}
 
 // grid (x: groups of kTcWarps warps, y: slices). Warp w of block x, slice y owns tiles
 // x·kTcWarps + w + i·gridDim.x·kTcWarps, i < tiles_per_warp, one after the other through one register
@@ -229,7 +241,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_kernel(TcArgs p) {
       const int kk = lane * 4 + i, st = j * G + (kk >> 4), kin = kk & 15;
       __half hi, lo;
       cuda::split_hi_lo(e4[i] * sc.up, hi, lo);
-      __half* rec = reinterpret_cast<__half*>(xs + ((size_t(r >> 3) * kTcSliceSteps + st) * 8 + (r & 7)) * 4 + ((kin & 7) >> 1));
+      __half* rec =
+          reinterpret_cast<__half*>(xs + ((size_t(r >> 3) * kTcSliceSteps + st) * 8 + (r & 7)) * 4 + ((kin & 7) >> 1));
       const int at = (kin >> 3) * 2 + (kin & 1);
       rec[at] = hi;
       rec[4 + at] = lo;
@@ -239,18 +252,20 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_kernel(TcArgs p) {
   __syncthreads();
 
   float acc[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  tc_zero(acc);
+  // Accumulator i of n8 tile nt is activation row col(nt, i), weight row row(t, i); partials are
+  // [slice][activation row][16·tiles].
+  const int64_t pstride = int64_t(p.tiles) * 16;
+  auto col_of = [&](int nt, int i) { return 8 * nt + 2 * q + (i & 1); };
+  auto row_of = [&](int t, int i) { return int64_t(t) * 16 + g + 8 * (i >> 1); };
   // The slice of tile t is done: its partial out, and the last of the tile's slices adds them all.
   auto finish = [&](int t) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int col = 8 * nt + 2 * q + (i & 1);
-        const int64_t row = int64_t(t) * 16 + g + 8 * (i >> 1);
-        if (col < nr) p.part[(int64_t(slice) * kTcMaxRows + col) * (int64_t(p.tiles) * 16) + row] = acc[nt][i];
-      }
+      for (int i = 0; i < 4; ++i)
+        if (col_of(nt, i) < nr)
+          p.part[(int64_t(slice) * kTcMaxRows + col_of(nt, i)) * pstride + row_of(t, i)] = acc[nt][i];
     __threadfence();
     __syncwarp();
     unsigned last = 0;
@@ -262,18 +277,17 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_kernel(TcArgs p) {
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int col = 8 * nt + 2 * q + (i & 1);
-          const int64_t row = int64_t(t) * 16 + g + 8 * (i >> 1);
+          const int col = col_of(nt, i);
+          const int64_t row = row_of(t, i);
           if (col >= nr || row >= p.m) continue;
-          const float* pp = p.part + int64_t(col) * (int64_t(p.tiles) * 16) + row;
+          const float* pp = p.part + int64_t(col) * pstride + row;
           float v = __ldcg(pp);
-          for (int s = 1; s < p.slices; ++s) v += __ldcg(pp + int64_t(s) * kTcMaxRows * (int64_t(p.tiles) * 16));
+          for (int s = 1; s < p.slices; ++s) v += __ldcg(pp + int64_t(s) * kTcMaxRows * pstride);
           store_out(p.y + int64_t(col) * p.m + row, v * p.scale, p.epilogue);
         }
       if (lane == 0) p.count[t] = 0;
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    tc_zero(acc);
   };
 
 #pragma unroll 1
@@ -287,8 +301,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_kernel(TcArgs p) {
       if (f >= F || t >= p.tiles) continue;  // warp-uniform
       const int j = f % GPS;
       float tt[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) tt[nt][0] = tt[nt][1] = tt[nt][2] = tt[nt][3] = 0.0f;
+      tc_zero(tt);
       const uint32_t words[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
       const uint32_t sw[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
@@ -352,9 +365,9 @@ inline void launch_gemv_tc(const uint8_t* w, const TcShape& s, const float* x, f
   check(reinterpret_cast<uintptr_t>(x) % 16 == 0, "gguf tc gemv: activations must be 16-byte aligned");
   static bool configured = false;
   if (!configured) {
-    cuda::check_cuda(cudaFuncSetAttribute(gemv_tc_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(tc_smem_bytes(2))),
-                     "gguf tc gemv: shared memory attribute");
+    cuda::check_cuda(
+        cudaFuncSetAttribute(gemv_tc_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tc_smem_bytes(2))),
+        "gguf tc gemv: shared memory attribute");
     configured = true;
   }
   for (int64_t r0 = 0; r0 < n; r0 += kTcMaxRows) {

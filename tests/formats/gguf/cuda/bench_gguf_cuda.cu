@@ -175,7 +175,7 @@ void bench_tc(const Ceilings& c) {
     const std::vector<uint8_t> rp = kcuda::repack_nvfp4_tc(blocks.data(), m, k, "bench");
     const kcuda::TcShape ts = kcuda::tc_shape(m, k);
     const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
-    std::vector<void*> raw(size_t(copies)), tc(size_t(copies));
+    std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
     for (int i = 0; i < copies; ++i) {
       ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
       ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
@@ -219,8 +219,8 @@ void bench_tc(const Ceilings& c) {
         ymax = std::max(ymax, std::abs(double(r0[i])));
       }
       const double gb = double(blocks.size()) / 1e9, gbt = double(ts.bytes()) / 1e9;
-      std::printf("NVFP4 [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | tc %7.2f us %5.0f GB/s "
-                  "(%4.1f%% of copy)  tc vs fp32 %.1e\n",
+      std::printf("NVFP4 [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | "
+                  "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
                   (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3, gb / (t1 * 1e-3),
                   t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, dmax / ymax);
     }

@@ -21,7 +21,9 @@ struct DevMem {
   explicit DevMem(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
   ~DevMem() { cudaFree(p); }
   template <class T>
-  T* as() const { return static_cast<T*>(p); }
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
@@ -83,7 +85,8 @@ TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
       double worst = 0;
       int64_t unequal = 0;
       for (int64_t i = 0; i < n * c.m; ++i) {
-        const double e = std::isnan(y[size_t(i)]) ? INFINITY : std::abs(y[size_t(i)] - want[size_t(i)]) / mag[size_t(i)];
+        const double e =
+            std::isnan(y[size_t(i)]) ? INFINITY : std::abs(y[size_t(i)] - want[size_t(i)]) / mag[size_t(i)];
         worst = std::max(worst, e);
         if (i < alone * c.m && std::memcmp(&y[size_t(i)], &single[size_t(i)], 4) != 0) ++unequal;
       }
