@@ -1,0 +1,393 @@
+// Prototype (issue #17, not wired into the model): a decode/verify GEMV for 1–16 activation rows on
+// mma.sync m16n8k16 that reads NVFP4 weights repacked at load time into fragment order, so that each
+// lane streams its A fragments straight from global memory into registers (coalesced 16-byte loads,
+// no shared memory for weights, several groups in flight per warp).
+// Owner: callers own every pointer (repacked weights, workspace). Thread: one caller per stream.
+// Sync: launches are queued; nothing here synchronizes.
+//
+// Repacked layout (repack_nvfp4_tc, host). Rows are padded to 16-row tiles, k to slices of
+// kTcSliceSteps k16 steps (1024 elements), with zero weights. For tile t and k16 step st, lane
+// (g = lane / 4, q = lane % 4) holds one 32-bit word of the eight nibbles its A fragment wants
+// (rows g, g + 8; k = 2q, 2q + 1, 2q + 8, 2q + 9), bits placed so that tc_unpack turns them into the
+// four half2 registers with a mask and a shift or two: register r's E2M1 code e (sign bit 3, magnitude
+// bits 2..0) becomes the fp16 bits sign→15, magnitude→11..9, i.e. exactly e·2^−14. Four steps of a lane
+// are one 16-byte word: nib[((t·steps/4 + st/4)·32 + lane)·16 + 4·(st % 4)]. Scales: per tile and
+// group of 8 steps, one 16-byte record per g holding, for steps 2i, 2i + 1, the UE4M3 bytes of rows g
+// and g + 8 (bit 7 cleared, the NaN code 0x7F as 0), so one cvt.e4m3x2 gives the half2 (s_g, s_g+8).
+//
+// Numbers. Weight = E2M1·UE4M3 has at most 6 significant bits and lies in [2^−10, 2688]: e·2^−14·s is
+// exact in fp16 (one HMUL2 per register). Each 128-element group of an activation row is scaled by a
+// power of two into [2^14, 2^15) and split x' = hi + lo in fp16 (as mma_cuda.cuh). Per group the tensor
+// cores sum w·hi + w·lo over 8 steps into a fresh fp32 fragment t, and the lane folds it in as
+// acc = fma(t, 2^(14 − e), acc), groups in k order. A warp owns one (tile, slice): its acc is the
+// slice's partial for every output it holds. Partials go to a workspace; the last warp of a tile to
+// finish (a counter per tile) adds the slices in slice order. Every output's bits depend on its weight
+// row, its activation row and k alone: not on n, not on which warp or block ran which slice.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/gguf/kernels_cuda.cuh"
+#include "tandem/cuda/tensor_core.cuh"
+
+namespace tandem::gguf::kcuda {
+
+constexpr int kTcWarps = 8;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcSliceSteps = 64;  // k16 steps per slice: one warp's run, one reduction term
+constexpr int kTcGroupSteps = 8;   // steps per activation scale and per register stage
+constexpr int kTcDepth = 4;        // register stages in flight per warp (1152 bytes each)
+constexpr int kTcMaxRows = 16;     // activation rows per launch (two n8 tiles)
+
+// Geometry of a repacked [m, k] NVFP4 weight.
+struct TcShape {
+  int64_t m = 0, k = 0;
+  int64_t tiles = 0, slices = 0, steps = 0;  // steps: padded k / 16
+  size_t nib_bytes() const { return size_t(tiles * steps) * 128; }
+  size_t sc_bytes() const { return size_t(tiles * (steps / kTcGroupSteps)) * 128; }
+  size_t bytes() const { return nib_bytes() + sc_bytes(); }
+  // Workspace: a counter per tile (zero before the first launch; every launch leaves them zero),
+  // then slices × 16 rows × (16·tiles) fp32 partials.
+  size_t counter_bytes() const { return (size_t(tiles) * 4 + 255) / 256 * 256; }
+  size_t workspace_bytes() const { return counter_bytes() + size_t(slices * kTcMaxRows * tiles * 16) * 4; }
+};
+inline TcShape tc_shape(int64_t m, int64_t k) {
+  TcShape s;
+  s.m = m, s.k = k;
+  s.tiles = (m + 15) / 16;
+  s.slices = (k + 16 * kTcSliceSteps - 1) / (16 * kTcSliceSteps);
+  s.steps = s.slices * kTcSliceSteps;
+  return s;
+}
+
+// Where repacked register r (0..3: rows g, g + 8, g, g + 8 at k pairs 0, 0, 8, 8) half h keeps an E2M1
+// code's sign bit and the lowest of its three magnitude bits.
+TANDEM_HD int tc_sign_bit(int r, int h) { return (r == 0 ? 15 : r == 1 ? 12 : r == 2 ? 14 : 13) + 16 * h; }
+TANDEM_HD int tc_mag_bit(int r, int h) { return (r == 0 ? 9 : r == 1 ? 6 : r == 2 ? 3 : 0) + 16 * h; }
+
+// One lane-step word to its four A registers as e·2^−14 in fp16 (before the scale).
+TANDEM_HD void tc_unpack(uint32_t v, uint32_t (&a)[4]) {
+  a[0] = v & 0x8E008E00u;
+  a[1] = (v << 3) & 0x8E008E00u;
+  a[2] = ((v << 1) & 0x80008000u) | ((v << 6) & 0x0E000E00u);
+  a[3] = ((v << 2) & 0x80008000u) | ((v << 9) & 0x0E000E00u);
+}
+
+// The UE4M3 byte as the kernel's cvt.e4m3x2 reads it: bit 7 cleared, the NaN code 0x7F as zero, so
+// that its e4m3 value is twice ue4m3_half of the original byte.
+inline uint8_t tc_scale_byte(uint8_t b) {
+  const uint8_t v = b & 0x7F;
+  return v == 0x7F ? 0 : v;
+}
+
+// NVFP4 rows (GGUF blocks of 36 bytes, k / 64 per row) into the layout above: nib bytes, then sc.
+inline std::vector<uint8_t> repack_nvfp4_tc(const uint8_t* blocks, int64_t m, int64_t k, const std::string& name) {
+  check(k > 0 && k % 64 == 0 && m > 0, "gguf tc gemv: tensor '", name,
+        "' needs k a positive multiple of 64 and m > 0, found [", m, ", ", k, "]");
+  const TcShape s = tc_shape(m, k);
+  const int64_t row_bytes = k / 64 * 36, real_steps = k / 16;
+  std::vector<uint8_t> out(s.bytes(), 0);
+  uint8_t* nib = out.data();
+  uint8_t* sc = out.data() + s.nib_bytes();
+  auto code = [&](int64_t row, int64_t kk) -> uint32_t {  // the E2M1 nibble of element (row, kk)
+    if (row >= m || kk >= k) return 0;
+    const uint8_t* b = blocks + row * row_bytes + (kk / 64) * 36;
+    const int e = int(kk % 64), sub = e / 16, j = e % 16;
+    const uint8_t byte = b[4 + 8 * sub + (j % 8)];
+    return j < 8 ? byte & 0xF : byte >> 4;
+  };
+  auto scale = [&](int64_t row, int64_t st) -> uint8_t {
+    if (row >= m || st >= real_steps) return 0;
+    return tc_scale_byte(blocks[row * row_bytes + (st / 4) * 36 + st % 4]);
+  };
+  for (int64_t t = 0; t < s.tiles; ++t)
+    for (int64_t st = 0; st < s.steps; ++st)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, q = lane & 3;
+        uint32_t w = 0;
+        for (int r = 0; r < 4; ++r)
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t c = code(16 * t + g + 8 * (r & 1), 16 * st + 2 * q + h + 8 * (r >> 1));
+            w |= ((c >> 3) << tc_sign_bit(r, h)) | ((c & 7) << tc_mag_bit(r, h));
+          }
+        std::memcpy(nib + ((t * (s.steps / 4) + st / 4) * 32 + lane) * 16 + 4 * (st % 4), &w, 4);
+      }
+  for (int64_t t = 0; t < s.tiles; ++t)
+    for (int64_t o = 0; o < s.steps / kTcGroupSteps; ++o)
+      for (int g = 0; g < 8; ++g) {
+        uint8_t* rec = sc + ((t * (s.steps / kTcGroupSteps) + o) * 8 + g) * 16;
+        for (int i = 0; i < 8; ++i) {
+          rec[2 * i] = scale(16 * t + g, 8 * o + i);
+          rec[2 * i + 1] = scale(16 * t + g + 8, 8 * o + i);
+        }
+      }
+  return out;
+}
+
+struct TcArgs {
+  const uint8_t* nib = nullptr;  // device: the repacked weight (nib, then sc)
+  const uint8_t* sc = nullptr;
+  int64_t m = 0, k = 0, steps = 0;
+  int tiles = 0, slices = 0;
+  const float* x = nullptr;  // device, n rows of k (16-byte aligned)
+  float* y = nullptr;        // device, n rows of m
+  int n = 0;                 // 1..16
+  float scale = 1.0f;
+  int epilogue = 0;           // as CudaMatmulArgs
+  unsigned* count = nullptr;  // workspace
+  float* part = nullptr;
+  int tiles_per_warp = 1;
+};
+
+__device__ __forceinline__ void e4m3x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+__device__ __forceinline__ __half2 tc_h2(uint32_t u) {
+  __half2 h;
+  std::memcpy(&h, &u, 4);
+  return h;
+}
+__device__ __forceinline__ uint32_t tc_u32(__half2 h) {
+  uint32_t u;
+  std::memcpy(&u, &h, 4);
+  return u;
+}
+// a · (the low or high half of s, broadcast): exact (see Numbers).
+__device__ __forceinline__ uint32_t tc_mul_lo(uint32_t a, uint32_t s) {
+  return tc_u32(__hmul2(tc_h2(a), __low2half2(tc_h2(s))));
+}
+__device__ __forceinline__ uint32_t tc_mul_hi(uint32_t a, uint32_t s) {
+  return tc_u32(__hmul2(tc_h2(a), __high2half2(tc_h2(s))));
+}
+
+__device__ __forceinline__ uint4 tc_ldg(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <int NT>
+__device__ __forceinline__ void tc_zero(float (&a)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) a[nt][0] = a[nt][1] = a[nt][2] = a[nt][3] = 0.0f;
+}
+
+// Shared memory: NT n8 tiles × 64 steps × 8 columns × 4 lanes of {hi b0, hi b1, lo b0, lo b1}, then
+// the group factors 2^(14 − e) of 16 rows × 8 groups.
+__host__ __device__ constexpr size_t tc_smem_bytes(int nt) {
+  return size_t(nt) * kTcSliceSteps * 8 * 4 * 16 + 16 * 8 * 4;
+}
+
+// grid (x: groups of kTcWarps warps, y: slices). Warp w of block x, slice y owns tiles
+// x·kTcWarps + w + i·gridDim.x·kTcWarps, i < tiles_per_warp, one after the other through one register
+// pipeline of kTcDepth groups.
+template <int NT>
+__global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_kernel(TcArgs p) {
+  constexpr int D = kTcDepth, G = kTcGroupSteps, GPS = kTcSliceSteps / kTcGroupSteps;
+  static_assert(GPS % D == 0, "a tile's slice ends on the last stage of a round");
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  float* es = reinterpret_cast<float*>(smem + size_t(NT) * kTcSliceSteps * 8 * 4 * 16);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int slice = blockIdx.y;
+  const int nw = gridDim.x * kTcWarps, gw = blockIdx.x * kTcWarps + warp;
+  const int F = p.tiles_per_warp * GPS;  // the warp's groups
+  const int64_t quads = p.steps / 4, octs = p.steps / G;
+  auto tile_of = [&](int f) { return gw + (f / GPS) * nw; };
+  auto load = [&](int f, uint4& n0, uint4& n1, uint4& s) {
+    const int t = tile_of(f);
+    if (f < F && t < p.tiles) {
+      const int64_t oct = int64_t(slice) * GPS + f % GPS;
+      const uint8_t* nb = p.nib + ((int64_t(t) * quads + 2 * oct) * 32 + lane) * 16;
+      n0 = tc_ldg(nb);
+      n1 = tc_ldg(nb + 512);
+      s = tc_ldg(p.sc + ((int64_t(t) * octs + oct) * 8 + g) * 16);
+    }
+  };
+  // Weights are never written by a pass: the first stages are requested before the wait.
+  uint4 rn0[D], rn1[D], rs[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d) {
+    rn0[d] = rn1[d] = rs[d] = make_uint4(0, 0, 0, 0);
+    load(d, rn0[d], rn1[d], rs[d]);
+  }
+  cuda::pdl_wait();
+  cuda::pdl_trigger();
+
+  // Stage the slice's activations: one warp per (row, 128-element group), four elements per lane.
+  const int nr = p.n;
+  for (int pr = warp; pr < nr * GPS; pr += kTcWarps) {
+    const int r = pr / GPS, j = pr % GPS;
+    const int64_t k0 = int64_t(slice) * kTcSliceSteps * 16 + j * 128 + lane * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (k0 < p.k) v = *reinterpret_cast<const float4*>(p.x + int64_t(r) * p.k + k0);
+    float mx = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
+    const float e4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int kk = lane * 4 + i, st = j * G + (kk >> 4), kin = kk & 15;
+      __half hi, lo;
+      cuda::split_hi_lo(e4[i] * sc.up, hi, lo);
+      __half* rec =
+          reinterpret_cast<__half*>(xs + ((size_t(r >> 3) * kTcSliceSteps + st) * 8 + (r & 7)) * 4 + ((kin & 7) >> 1));
+      const int at = (kin >> 3) * 2 + (kin & 1);
+      rec[at] = hi;
+      rec[4 + at] = lo;
+    }
+    if (lane == 0) es[r * GPS + j] = sc.down * 16384.0f;
+  }
+  __syncthreads();
+
+  float acc[NT][4];
+  tc_zero(acc);
+  // Accumulator i of n8 tile nt is activation row col(nt, i), weight row row(t, i); partials are
+  // [slice][activation row][16·tiles].
+  const int64_t pstride = int64_t(p.tiles) * 16;
+  auto col_of = [&](int nt, int i) { return 8 * nt + 2 * q + (i & 1); };
+  auto row_of = [&](int t, int i) { return int64_t(t) * 16 + g + 8 * (i >> 1); };
+  // The slice of tile t is done: its partial out, and the last of the tile's slices adds them all.
+  auto finish = [&](int t) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (col_of(nt, i) < nr)
+          p.part[(int64_t(slice) * kTcMaxRows + col_of(nt, i)) * pstride + row_of(t, i)] = acc[nt][i];
+    __threadfence();
+    __syncwarp();
+    unsigned last = 0;
+    if (lane == 0) last = atomicAdd(p.count + t, 1u) == unsigned(p.slices - 1);
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (last) {
+      __threadfence();
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = col_of(nt, i);
+          const int64_t row = row_of(t, i);
+          if (col >= nr || row >= p.m) continue;
+          const float* pp = p.part + int64_t(col) * pstride + row;
+          float v = __ldcg(pp);
+          for (int s = 1; s < p.slices; ++s) v += __ldcg(pp + int64_t(s) * kTcMaxRows * pstride);
+          store_out(p.y + int64_t(col) * p.m + row, v * p.scale, p.epilogue);
+        }
+      if (lane == 0) p.count[t] = 0;
+    }
+    tc_zero(acc);
+  };
+
+#pragma unroll 1
+  for (int f0 = 0; f0 < F; f0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int f = f0 + d;
+      const uint4 n0 = rn0[d], n1 = rn1[d], s = rs[d];
+      load(f + D, rn0[d], rn1[d], rs[d]);  // refill the stage before computing on it
+      const int t = tile_of(f);
+      if (f >= F || t >= p.tiles) continue;  // warp-uniform
+      const int j = f % GPS;
+      float tt[NT][4];
+      tc_zero(tt);
+      const uint32_t words[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+      const uint32_t sw[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i2 = 0; i2 < 4; ++i2) {
+        uint32_t h[2];
+        e4m3x4_to_h2(sw[i2], h[0], h[1]);
+#pragma unroll
+        for (int hs = 0; hs < 2; ++hs) {
+          const int st = 2 * i2 + hs;
+          uint32_t a[4];
+          tc_unpack(words[st], a);
+          a[0] = tc_mul_lo(a[0], h[hs]), a[1] = tc_mul_hi(a[1], h[hs]);
+          a[2] = tc_mul_lo(a[2], h[hs]), a[3] = tc_mul_hi(a[3], h[hs]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            uint4 b = make_uint4(0, 0, 0, 0);
+            if (8 * nt + g < nr) b = xs[((size_t(nt) * kTcSliceSteps + j * G + st) * 8 + g) * 4 + q];
+            cuda::mma16816(tt[nt], a[0], a[1], a[2], a[3], b.x, b.y);
+            cuda::mma16816(tt[nt], a[0], a[1], a[2], a[3], b.z, b.w);
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int c0 = 8 * nt + 2 * q;
+        const float e0 = c0 < nr ? es[c0 * GPS + j] : 0.0f, e1 = c0 + 1 < nr ? es[(c0 + 1) * GPS + j] : 0.0f;
+        acc[nt][0] = fmaf(tt[nt][0], e0, acc[nt][0]);
+        acc[nt][1] = fmaf(tt[nt][1], e1, acc[nt][1]);
+        acc[nt][2] = fmaf(tt[nt][2], e0, acc[nt][2]);
+        acc[nt][3] = fmaf(tt[nt][3], e1, acc[nt][3]);
+      }
+      if (d == D - 1 && j == GPS - 1) finish(t);  // groups come D at a time, GPS a multiple of D
+    }
+  }
+}
+
+// Tiles per warp for this device: every (tile, slice) once, with the grid resident at once.
+inline int tc_tiles_per_warp(const TcShape& s, int nt) {
+  static int sms = 0, per_sm[3] = {0, 0, 0};
+  if (sms == 0) {
+    int dev = 0;
+    cuda::check_cuda(cudaGetDevice(&dev), "gguf tc gemv: device");
+    cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "gguf tc gemv: SM count");
+  }
+  if (per_sm[nt] == 0) {
+    auto kernel = nt == 1 ? gemv_tc_kernel<1> : gemv_tc_kernel<2>;
+    cuda::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[nt], kernel, kTcThreads, tc_smem_bytes(nt)),
+                     "gguf tc gemv: occupancy");
+    per_sm[nt] = std::max(per_sm[nt], 1);
+  }
+  const int64_t warps = int64_t(sms) * per_sm[nt] * kTcWarps;
+  return int(std::max<int64_t>(1, (s.tiles * s.slices + warps - 1) / warps));
+}
+
+// y[n, m] = scale · x[n, k] · Wᵀ for a repacked weight at `w` (shape s), n ≥ 0 (slabs of 16 rows,
+// each with the bits it would have alone). workspace: s.workspace_bytes(), its counters zero before
+// the first launch on it (they are left zero); one launch at a time per workspace (stream order).
+// tiles_per_warp 0: tc_tiles_per_warp.
+inline void launch_gemv_tc(const uint8_t* w, const TcShape& s, const float* x, float* y, int64_t n, float scale,
+                           int epilogue, void* workspace, cudaStream_t stream, int tiles_per_warp = 0) {
+  check(reinterpret_cast<uintptr_t>(x) % 16 == 0, "gguf tc gemv: activations must be 16-byte aligned");
+  static bool configured = false;
+  if (!configured) {
+    cuda::check_cuda(
+        cudaFuncSetAttribute(gemv_tc_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tc_smem_bytes(2))),
+        "gguf tc gemv: shared memory attribute");
+    configured = true;
+  }
+  for (int64_t r0 = 0; r0 < n; r0 += kTcMaxRows) {
+    TcArgs a;
+    a.nib = w, a.sc = w + s.nib_bytes();
+    a.m = s.m, a.k = s.k, a.steps = s.steps, a.tiles = int(s.tiles), a.slices = int(s.slices);
+    a.x = x + r0 * s.k, a.y = y + r0 * s.m;
+    a.n = int(std::min<int64_t>(kTcMaxRows, n - r0));
+    a.scale = scale, a.epilogue = epilogue;
+    a.count = static_cast<unsigned*>(workspace);
+    a.part = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + s.counter_bytes());
+    const int nt = a.n > 8 ? 2 : 1;
+    a.tiles_per_warp = tiles_per_warp > 0 ? tiles_per_warp : tc_tiles_per_warp(s, nt);
+    const int64_t warps = (s.tiles + a.tiles_per_warp - 1) / a.tiles_per_warp;
+    const dim3 grid(unsigned((warps + kTcWarps - 1) / kTcWarps), unsigned(s.slices));
+    if (nt == 1)
+      cuda::launch(gemv_tc_kernel<1>, grid, dim3(kTcThreads), tc_smem_bytes(1), stream, "gguf tc gemv", a);
+    else
+      cuda::launch(gemv_tc_kernel<2>, grid, dim3(kTcThreads), tc_smem_bytes(2), stream, "gguf tc gemv", a);
+  }
+}
+
+}  // namespace tandem::gguf::kcuda

@@ -1,0 +1,104 @@
+// The tensor-core NVFP4 GEMV prototype (formats/gguf/gemv_tc_cuda.cuh) against the CPU dequantizer
+// and a float64 dot product, on fresh random NVFP4 weights with poisoned outputs: n = 1, 2, 3, 8, 9,
+// 16 and 40 (three slabs), Bolt's in_proj [18560, 4096] and out_proj [4096, 8192], a ragged m with a
+// k that ends inside a slice; every row bit-identical to the same row computed alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cuda_probe.h"
+#include "formats/gguf/gemv_tc_cuda.cuh"
+#include "gguf_cuda_test_util.h"
+
+namespace tandem::gguf::test {
+namespace {
+
+void ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+
+struct DevMem {
+  void* p = nullptr;
+  explicit DevMem(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
+  ~DevMem() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  using namespace kcuda;
+  const QuantType& qt = *find_type("NVFP4");
+  struct Case {
+    int64_t m, k;
+    float scale;
+  };
+  uint64_t seed = 4242;
+  for (Case c : {Case{100, 1216, 0.37f}, Case{37, 64, 1.0f}, Case{18560, 4096, 1.0f}, Case{4096, 8192, 2.5f}}) {
+    SCOPED_TRACE("[" + std::to_string(c.m) + ", " + std::to_string(c.k) + "]");
+    const std::vector<uint8_t> bytes = random_weight("NVFP4", c.m, c.k, seed++);
+    const int64_t rb = row_bytes(qt, c.k);
+    std::vector<float> w(size_t(c.m * c.k));
+    for (int64_t r = 0; r < c.m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * c.k, c.k);
+    const int64_t N = 40;
+    const std::vector<float> x = tandem::test::random_vec(size_t(N * c.k), seed++, -2.f, 2.f);
+    // float64 reference and magnitude Σ|x·w|·|scale| for every output.
+    std::vector<double> want(size_t(N * c.m)), mag(size_t(N * c.m));
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t o = 0; o < c.m; ++o) {
+        double s = 0, a = 1e-30;
+        const float* wr = w.data() + o * c.k;
+        const float* xr = x.data() + r * c.k;
+        for (int64_t j = 0; j < c.k; ++j) s += double(xr[j]) * wr[j], a += std::abs(double(xr[j]) * wr[j]);
+        want[size_t(r * c.m + o)] = s * c.scale, mag[size_t(r * c.m + o)] = a * std::abs(c.scale);
+      }
+    const TcShape s = tc_shape(c.m, c.k);
+    const std::vector<uint8_t> rp = repack_nvfp4_tc(bytes.data(), c.m, c.k, "w");
+    DevMem dw(rp.size()), dx(x.size() * 4), dws(s.workspace_bytes()), dy(size_t((N + 1) * c.m) * 4);
+    ok(cudaMemcpy(dw.p, rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload w");
+    ok(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload x");
+    ok(cudaMemset(dws.p, 0, s.workspace_bytes()), "zero workspace");
+    // One launch of n rows starting at row r0, the output poisoned first (one row more than written).
+    auto run = [&](int64_t r0, int64_t n) {
+      std::vector<float> y(size_t((n + 1) * c.m), NAN);
+      cudaMemcpy(dy.p, y.data(), y.size() * 4, cudaMemcpyHostToDevice);
+      launch_gemv_tc(dw.as<uint8_t>(), s, dx.as<float>() + r0 * c.k, dy.as<float>(), n, c.scale, 0, dws.p, 0);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost);
+      for (int64_t i = n * c.m; i < (n + 1) * c.m; ++i)
+        if (!std::isnan(y[size_t(i)])) {
+          ADD_FAILURE() << "n " << n << ": wrote past its rows at " << i;
+          break;
+        }
+      y.resize(size_t(n * c.m));
+      return y;
+    };
+    std::vector<float> single(size_t(N * c.m));
+    const int64_t alone = c.m > 10000 ? 16 : N;  // rows checked one by one (all of them on small shapes)
+    for (int64_t r = 0; r < alone; ++r) {
+      const std::vector<float> y = run(r, 1);
+      std::copy(y.begin(), y.end(), single.begin() + r * c.m);
+    }
+    for (int64_t n : {1, 2, 3, 8, 9, 16, 40}) {
+      const std::vector<float> y = run(0, n);
+      double worst = 0;
+      int64_t unequal = 0;
+      for (int64_t i = 0; i < n * c.m; ++i) {
+        const double e =
+            std::isnan(y[size_t(i)]) ? INFINITY : std::abs(y[size_t(i)] - want[size_t(i)]) / mag[size_t(i)];
+        worst = std::max(worst, e);
+        if (i < alone * c.m && std::memcmp(&y[size_t(i)], &single[size_t(i)], 4) != 0) ++unequal;
+      }
+      EXPECT_LE(worst, 3e-5) << "n " << n;
+      EXPECT_EQ(unequal, 0) << "n " << n << ": rows differ from the same rows alone";
+    }
+    // The workspace counters are left zero (the next launch relies on it).
+    std::vector<unsigned> cnt(size_t(s.tiles));
+    cudaMemcpy(cnt.data(), dws.p, cnt.size() * 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::count(cnt.begin(), cnt.end(), 0u), int64_t(cnt.size()));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gguf::test
