@@ -55,23 +55,23 @@ class ConfigReader {
     return nullptr;
   }
   bool has(const char* key) const { return find(key) != nullptr; }
+  // The value of `key`, or nullptr when it is absent and `optional`; absent and required is an error.
+  const rapidjson::Value* value(const char* key, bool optional, std::string& where) const {
+    const rapidjson::Value* v = find(key, &where);
+    check(v || optional, source_, ": key '", key, "' is required (in dflash_config or at the top level)");
+    return v;
+  }
   double number(const char* key, std::optional<double> fallback = std::nullopt) const {
     std::string where;
-    const rapidjson::Value* v = find(key, &where);
-    if (!v) {
-      check(fallback.has_value(), source_, ": key '", key, "' is required (in dflash_config or at the top level)");
-      return *fallback;
-    }
+    const rapidjson::Value* v = value(key, fallback.has_value(), where);
+    if (!v) return *fallback;
     check(v->IsNumber(), source_, ": key '", where, "' must be a number");
     return v->GetDouble();
   }
   int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
     std::string where;
-    const rapidjson::Value* v = find(key, &where);
-    if (!v) {
-      check(fallback.has_value(), source_, ": key '", key, "' is required (in dflash_config or at the top level)");
-      return *fallback;
-    }
+    const rapidjson::Value* v = value(key, fallback.has_value(), where);
+    if (!v) return *fallback;
     check(v->IsInt64(), source_, ": key '", where, "' must be an integer");
     return v->GetInt64();
   }

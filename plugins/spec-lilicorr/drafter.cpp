@@ -49,13 +49,8 @@ void LiliDrafter::take(const TargetHidden& h) {
   const BackboneConfig& c = w_->backbone.c;
   const int64_t H = c.hidden, taps = int64_t(c.target_layers.size());
   check(h.states.size() == size_t(taps), "lilicorr: ", h.states.size(), " tapped layers arrived, expected ", taps);
-  if (h.pos0 != fed_) {  // a gap (positions the drafter never saw): start the context again from here
-    cache_.clear();
-    pending_.clear();
-    pending_rows_ = 0;
-    fed_ = h.pos0;
-    cache_.rows = h.pos0;
-  }
+  check(h.pos0 == fed_, "lilicorr: the states of position ", h.pos0, " arrived, expected position ", fed_,
+        " (every committed row must come, in order)");
   if (h.rows <= 0) return;
   // Host copies of the taps (the drafter's math runs on the host; Backend::download waits for the pass).
   const size_t base = pending_.size();
@@ -171,7 +166,7 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
     std::lock_guard<std::mutex> lock(mu_);
     std::error_code ec;
     const std::string key = fs::weakly_canonical(path, ec).string();
-    w = loaded_[key].lock();
+    w = loaded_[key];
     if (!w) {
       w = load_drafter(path);
       loaded_[key] = w;

@@ -4,7 +4,7 @@
 // Backend::download, and the target's embedding rows and LM head run on the target's backend through
 // SpeculatorContext, so the same code serves a CPU or a CUDA target; CUDA kernels for the backbone
 // and head are the next step.
-// Owner: the factory shares one DrafterWeights per checkpoint path among its drafters; a drafter owns
+// Owner: the factory keeps one DrafterWeights per checkpoint path, shared by its drafters; a drafter owns
 // its sequence's context cache. Thread: the engine thread. Sync: propose() returns host tokens; the
 // downloads synchronize with the target's stream.
 #pragma once
@@ -65,7 +65,7 @@ class LiliFactory : public SpeculatorFactory {
 
  private:
   std::mutex mu_;
-  std::map<std::string, std::weak_ptr<const DrafterWeights>> loaded_;
+  std::map<std::string, std::shared_ptr<const DrafterWeights>> loaded_;  // kept for the factory's life
 };
 
 }  // namespace tandem::lilicorr

@@ -153,6 +153,16 @@ SynthGeometry synth_geometry(const std::string& name, const ModelDesc& target) {
   return g;
 }
 
+int64_t synth_parameters(const SynthGeometry& g) {
+  int64_t n = 0;
+  for (const Spec& s : tensor_list(g)) {
+    int64_t e = 1;
+    for (int64_t d : s.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
 void write_synthetic(const std::string& dir, const SynthGeometry& g, uint64_t seed) {
   namespace fs = std::filesystem;
   std::error_code ec;

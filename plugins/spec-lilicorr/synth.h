@@ -27,6 +27,9 @@ struct SynthGeometry {
 // of shape `target` (width, vocabulary, layers for the taps).
 SynthGeometry synth_geometry(const std::string& name, const ModelDesc& target);
 
+// Parameters the checkpoint of `g` holds.
+int64_t synth_parameters(const SynthGeometry& g);
+
 // Writes config.json and model.safetensors into `dir` (created). Values depend only on `seed` and each
 // tensor's export name, so both naming schemes hold the same bits.
 void write_synthetic(const std::string& dir, const SynthGeometry& g, uint64_t seed);

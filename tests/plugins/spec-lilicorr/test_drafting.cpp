@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "drafter.h"
 #include "synth.h"
 #include "tandem/drafting.h"
 #include "tandem/generate.h"
 #include "tandem/parallel.h"
+#include "tandem/profile.h"
 #include "tests/conformance/model_util.h"
 #include "tests/schedulers/slots/drafters.h"
 
@@ -148,6 +150,27 @@ TEST(LilicorrDrafting, AWidthMismatchWithTheTargetIsAnError) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("32 wide (hidden_size), the target 64"), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// As a profile selects it: `draft: {drafters: [lilicorr, lookup], lilicorr: {path: …}}`, the path
+// relative to the profile file.
+TEST(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  synthesize(dir, m->desc(), true);  // dir/lili
+  const std::string yaml = dir.file("p.yaml");
+  std::ofstream(yaml) << "model: " << test::data_path("hf/latent") << "\n"
+                      << "draft:\n  drafters: [lilicorr, lookup]\n  lilicorr:\n    path: lili\n"
+                      << "  staircut:\n    force_k: 7\n    verify_costs: [0.001, 0.00105, 0.0011, 0.00115, 0.0012, "
+                         "0.00125, 0.0013, 0.00135]\n    max_k: 7\n";
+  const Profile prof = load_profile(yaml);
+  ASSERT_EQ(prof.draft.drafters, (std::vector<std::string>{"lilicorr", "lookup"}));
+  Drafting d(*m, test::registry(), prof.draft);
+  expect_lossless(*m, d, "lilicorr + lookup from a profile");
 }
 
 }  // namespace

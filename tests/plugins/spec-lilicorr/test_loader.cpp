@@ -183,6 +183,18 @@ TEST(LilicorrLoader, QuantizedModulesAreRefusedByName) {
   }
 }
 
+// Bolt's geometry: the card's six taps of an 88-layer target and about 1.1 B parameters.
+TEST(LilicorrSynth, BoltGeometryHasTheCardsTapsAndSize) {
+  const SynthGeometry g = synth_geometry("bolt", target_shape(4096, 131072, 88));
+  EXPECT_EQ(g.backbone.target_layers, (std::vector<int>{1, 18, 35, 51, 68, 85}));
+  EXPECT_EQ(g.backbone.block, 8);
+  EXPECT_EQ(g.backbone.mask_token, 990);
+  const double params = double(synth_parameters(g));
+  EXPECT_GT(params, 1.0e9);
+  EXPECT_LT(params, 1.2e9);
+  test::expect_error([] { synth_geometry("huge", target_shape()); }, {"geometry 'huge'", "tiny, bolt"});
+}
+
 TEST(LilicorrLoader, FactoryRequiresItsPath) {
   LiliFactory f;
   SpeculatorSettings s("p.yaml", "draft.lilicorr", {});
