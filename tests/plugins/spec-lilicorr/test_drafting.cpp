@@ -174,3 +174,25 @@ TEST(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
 }
 
 }  // namespace
+
+namespace {
+
+// Sampled: a deterministic drafter leaves a seeded run's tokens as plain decoding draws them.
+TEST(LilicorrDrafting, SeededSampledRunsEqualPlain) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), true);
+  Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, options(path));
+  const auto p = prompt(9);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    GenerateOptions o = test::run_options(32);
+    o.sampling.temperature = seed % 2 ? 1.0f : 0.8f;
+    o.sampling.seed = seed;
+    const auto plain = generate(*m, p, o).tokens;
+    DraftMetrics dm;
+    EXPECT_EQ(d.generate(p, o, {}, &dm).tokens, plain) << "seed " << seed;
+    EXPECT_GT(dm.drafters.at(0).drafted_tokens, 0) << dm.summary();
+  }
+}
+
+}  // namespace
