@@ -20,10 +20,6 @@
 
 namespace tandem::lilicorr {
 
-struct DrafterStats {
-  int64_t proposals = 0, context_rows = 0;
-};
-
 class LiliDrafter : public Speculator {
  public:
   LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w);
@@ -34,7 +30,7 @@ class LiliDrafter : public Speculator {
   void observe_hidden(const int32_t* tokens, size_t n, const TargetHidden& hidden) override;
   void propose(int max_n, Draft& out) override;
 
-  // The full block's drafts (B − 1 tokens) after the last propose(), and its head scores (when any).
+  // The full block's drafts (B − 1 tokens) of the last propose(), and the context cache (tests).
   const std::vector<int32_t>& last_block() const { return block_; }
   const ContextCache& cache() const { return cache_; }
 

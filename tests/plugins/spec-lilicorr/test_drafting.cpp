@@ -134,6 +134,7 @@ TEST(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   EXPECT_EQ(lili.cache().rows, int64_t(p.size()));
   lili.propose(3, part);
   EXPECT_EQ(part.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 3));
+  EXPECT_EQ(lili.last_block(), full.tokens) << "the short proposal ran the full block";
   for (int32_t t : full.tokens) EXPECT_TRUE(t >= 0 && t < m->desc().vocab);
 }
 
