@@ -1,13 +1,16 @@
 // The lilicorr drafter in the drafting loop on the tiny fixture target (tests/fixtures/hf/latent):
 // drafted greedy text equals plain greedy text with a random LiLiCorr checkpoint (head or backbone
 // only), alone and beside lookup through the plugin registry, and drafts really were proposed and
-// verified (their acceptance rate is printed: a random drafter accepts little).
+// verified (their acceptance rate is printed: a random drafter accepts little). Built twice: for the
+// CPU, and with TANDEM_LILICORR_DEVICE="cuda" as test_spec_lilicorr_cuda (the target on the GPU, the
+// drafter's host reference beside it; skips without a CUDA backend, fails under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 
 #include "drafter.h"
+#include "gpu_required.h"
 #include "synth.h"
 #include "tandem/drafting.h"
 #include "tandem/generate.h"
@@ -20,11 +23,31 @@ using namespace tandem;
 
 namespace {
 
+#ifndef TANDEM_LILICORR_DEVICE
+#define TANDEM_LILICORR_DEVICE "cpu"
+#endif
+
 constexpr int kTokens = 48;
+
+class LilicorrDrafting : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(TANDEM_LILICORR_DEVICE) == "cpu") return;
+    std::string cause;
+    try {
+      test::registry().backend(TANDEM_LILICORR_DEVICE);
+      return;
+    } catch (const std::exception& e) {
+      cause = std::string("no ") + TANDEM_LILICORR_DEVICE + " backend here: " + e.what();
+    }
+    TANDEM_GPU_UNAVAILABLE(cause);
+  }
+};
 
 std::unique_ptr<Model> load_target() {
   LoadOptions o;
   o.path = test::data_path("hf/latent");
+  o.device = TANDEM_LILICORR_DEVICE;
   auto m = Model::load(o, test::registry());
   set_thread_count(1);
   return m;
@@ -68,7 +91,7 @@ void expect_lossless(Model& m, Drafting& d, const std::string& what) {
   }
 }
 
-TEST(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheHead) {
+TEST_F(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheHead) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
@@ -77,7 +100,7 @@ TEST(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheHead) {
   expect_lossless(*m, d, "lilicorr with head");
 }
 
-TEST(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheBackboneOnly) {
+TEST_F(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheBackboneOnly) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), false);
@@ -86,7 +109,7 @@ TEST(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheBackboneOnly) {
 }
 
 // The drafter as served: looked up by name in the plugin registry, beside lookup.
-TEST(LilicorrDrafting, WithLookupThroughTheRegistry) {
+TEST_F(LilicorrDrafting, WithLookupThroughTheRegistry) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
@@ -97,7 +120,7 @@ TEST(LilicorrDrafting, WithLookupThroughTheRegistry) {
 }
 
 // The proposal is the first max_n tokens of the full block (the block never shrinks).
-TEST(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
+TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
@@ -138,7 +161,7 @@ TEST(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   for (int32_t t : full.tokens) EXPECT_TRUE(t >= 0 && t < m->desc().vocab);
 }
 
-TEST(LilicorrDrafting, AWidthMismatchWithTheTargetIsAnError) {
+TEST_F(LilicorrDrafting, AWidthMismatchWithTheTargetIsAnError) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   ModelDesc other = m->desc();
@@ -159,7 +182,7 @@ namespace {
 
 // As a profile selects it: `draft: {drafters: [lilicorr, lookup], lilicorr: {path: …}}`, the path
 // relative to the profile file.
-TEST(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
+TEST_F(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   synthesize(dir, m->desc(), true);  // dir/lili
@@ -179,7 +202,7 @@ TEST(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
 namespace {
 
 // Sampled: a deterministic drafter leaves a seeded run's tokens as plain decoding draws them.
-TEST(LilicorrDrafting, SeededSampledRunsEqualPlain) {
+TEST_F(LilicorrDrafting, SeededSampledRunsEqualPlain) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
