@@ -1,8 +1,12 @@
-// `tandem synth --shape S [--uniform] --mix M (--out PATH | --dry-run) [--seed N] [--shard-bytes N]`.
+// `tandem synth --shape S [--uniform] --mix M (--out PATH | --dry-run) [--seed N] [--shard-bytes N]`, or
+// `tandem synth --shape S --drafter NAME [--drafter-set K=V,...] --out DIR [--seed N]`: a drafter
+// checkpoint with random weights for a target of that shape, written by the drafter's plugin.
 #include "cmd_synth.h"
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
+#include <map>
 
 #include "cli.h"
 #include "synth_checkpoint.h"
@@ -11,6 +15,8 @@
 #include "synth_write.h"
 #include "tandem/error.h"
 #include "tandem/parallel.h"
+#include "tandem/registry.h"
+#include "tandem/speculator.h"
 
 namespace tandem::cli {
 
@@ -27,12 +33,44 @@ const CommandSpec& synth_spec() {
           {"seed", "S", "random seed (default 0)"},
           {"shard-bytes", "N", "largest safetensors shard (default 5e9)"},
           {"threads", "N", "worker threads (0: all cores)"},
+          {"drafter", "NAME", "write a drafter checkpoint for the shape instead (lilicorr), into --out"},
+          {"drafter-set", "K=V[,K=V...]", "drafter synthesis settings (lilicorr: geometry=tiny|bolt, "
+                                          "names=export|serving, dtype=bf16|f32, head=true|false)"},
       }), "", ""};
   return spec;
 }
 
+namespace {
+
+int synth_drafter(const cli::Args& a) {
+  check(a.has("shape") && a.has("out"), "tandem synth --drafter: --shape and --out are required");
+  const ModelDesc target = synth::model_shape(a.str("shape"), a.flag("uniform"));
+  const std::string name = a.str("drafter");
+  std::map<std::string, std::string> values;
+  const std::string list = a.str("drafter-set");
+  for (size_t at = 0; at < list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string kv = list.substr(at, end - at);
+    at = end + 1;
+    const size_t eq = kv.find('=');
+    check(eq != std::string::npos && eq > 0, "tandem synth: --drafter-set expects KEY=VALUE, found '", kv, "'");
+    values[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  SpeculatorSettings settings("--drafter-set", "", values);
+  PluginRegistry reg;
+  reg.load_default();
+  reg.speculator(name)->synthesize(a.str("out"), target, settings, uint64_t(a.integer("seed", 0)));
+  std::fprintf(stderr, "wrote a random %s drafter for %s (width %d, vocabulary %d, %zu layers) into %s\n",
+               name.c_str(), a.str("shape").c_str(), target.hidden, target.vocab, target.layers.size(),
+               a.str("out").c_str());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_synth(const std::vector<std::string>& argv) {
   cli::Args a(argv, synth_spec());
+  if (a.has("drafter")) return synth_drafter(a);
   check(a.has("shape") && a.has("mix") && (a.has("out") || a.flag("dry-run")),
         "tandem synth: --shape, --mix and --out (or --dry-run) are required");
   const synth::Mix mix = synth::parse_mix(a.str("mix"));

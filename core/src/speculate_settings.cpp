@@ -57,6 +57,14 @@ bool SpeculatorSettings::flag(const std::string& k, bool fallback) {
   fail(key(k), " must be true or false, found '", it->second, "'");
 }
 
+std::string SpeculatorSettings::text(const std::string& k, const std::string& fallback) {
+  read_.insert(k);
+  auto it = values_.find(k);
+  if (it == values_.end()) return fallback;
+  if (it->second.empty()) fail(key(k), " must be a non-empty string, found ''");
+  return it->second;
+}
+
 void SpeculatorSettings::finish() const {
   for (const auto& kv : values_)
     if (!read_.count(kv.first)) {

@@ -163,7 +163,7 @@ TEST(Cli, EveryCommandHasHelp) {
                 "--ref-logits FILE", "--save-logits FILE", "--score-second-half", "--per-layer", "--json FILE"}},
       {"plugins", {"--verbose"}},
       {"serve", {"--host", "--port N", "--api-key", "--slots N", "--drain-timeout S", "--model PATH"}},
-      {"synth", {"--shape", "--mix", "--out PATH", "--dry-run"}},
+      {"synth", {"--shape", "--mix", "--out PATH", "--dry-run", "--drafter NAME"}},
       {"bench", {"--synth SHAPE", "--decode-tokens N", "--json FILE", "--model PATH"}},
       {"convert", {"--to exl3", "--bits B", "INPUT_DIR OUTPUT_DIR"}},
   };

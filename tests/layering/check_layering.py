@@ -39,14 +39,18 @@ def owner(rel):
     return parts[0]
 
 
-# Headers a format may use from another format's static library, named one by one: a format built on
-# another's container or kernels links that library (it never loads the other plugin). docs/decisions.md
+# Headers a format (or a drafter) may use from another format's static library, named one by one: a plugin
+# built on another's container or kernels links that library (it never loads the other plugin). docs/decisions.md
 # ("ModelOpt NVFP4 rides on the GGUF kernels") says why.
 SHARED = {
     "formats/nvfp4": {
         "formats/safetensors/safetensors_checkpoint.h",  # ModelOpt folders are safetensors folders
         "formats/gguf/gguf_format_cuda.h",  # NVFP4 repacked into GGUF blocks on the GGUF CUDA kernels
         "formats/gguf/quant.h",
+    },
+    "plugins/spec-lilicorr": {
+        "formats/safetensors/safetensors_checkpoint.h",  # a drafter checkpoint is an HF safetensors folder
+        "formats/safetensors/safetensors_file_writer.h",  # synthetic drafter checkpoints
     },
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/error.h"
 #include "tandem/model_config.h"
 #include "tandem/plugin_abi.h"
 #include "tandem/sampler.h"
@@ -65,7 +66,11 @@ class TANDEM_API SpeculatorSettings {
   int64_t integer(const std::string& key, int64_t fallback, int64_t lo, int64_t hi);
   double number(const std::string& key, double fallback, double lo, double hi);
   bool flag(const std::string& key, bool fallback);
+  // A string value (a path, a name); `fallback` when absent. Error: present but empty.
+  std::string text(const std::string& key, const std::string& fallback);
   void finish() const;
+  // The profile file the settings came from ("" when built in code), to resolve relative paths.
+  const std::string& source() const { return source_; }
 
   const std::map<std::string, std::string>& values() const { return values_; }
   void set(const std::string& key, const std::string& value) { values_[key] = value; }
@@ -130,6 +135,14 @@ class SpeculatorFactory {
   // Reads its settings (call settings.finish() after the last getter) and makes a drafter for one
   // sequence. Bad values are one-line errors naming the key.
   virtual std::unique_ptr<Speculator> create(const SpeculatorContext& context, SpeculatorSettings& settings) = 0;
+  // Optional (drafters with weights of their own; `tandem synth --drafter NAME`): writes a checkpoint
+  // with random weights, in the drafter's real layout, for a target of shape `target` into the folder
+  // `path`. `settings` are the drafter's synthesis keys (finish() them). Default: an error.
+  virtual void synthesize(const std::string& path, const ModelDesc& target, SpeculatorSettings& settings,
+                          uint64_t seed) {
+    (void)path, (void)target, (void)settings, (void)seed;
+    fail("this drafter has no weights to synthesize");
+  }
 };
 
 }  // namespace tandem

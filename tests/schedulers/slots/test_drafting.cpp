@@ -124,7 +124,7 @@ TEST(Drafting, UnknownDrafterNamesWhatIsAvailable) {
   o.verify_costs = {1e-3, 1e-3};
   std::string e = error_of([&] { Drafting d(nolatent(), test::registry(), o); });
   EXPECT_NE(e.find("no speculator plugin provides 'lookahead'"), std::string::npos) << e;
-  EXPECT_NE(e.find("available: lookup"), std::string::npos) << e;
+  EXPECT_NE(e.find("available: lilicorr, lookup"), std::string::npos) << e;
 }
 
 TEST(Drafting, BadDrafterSettingsNameTheKey) {

@@ -1,0 +1,222 @@
+// The lilicorr drafter in the drafting loop on the tiny fixture target (tests/fixtures/hf/latent):
+// drafted greedy text equals plain greedy text with a random LiLiCorr checkpoint (head or backbone
+// only), alone and beside lookup through the plugin registry, and drafts really were proposed and
+// verified (their acceptance rate is printed: a random drafter accepts little). Built twice: for the
+// CPU, and with TANDEM_LILICORR_DEVICE="cuda" as test_spec_lilicorr_cuda (the target on the GPU, the
+// drafter's host reference beside it; skips without a CUDA backend, fails under TANDEM_REQUIRE_GPU=1).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "drafter.h"
+#include "gpu_required.h"
+#include "synth.h"
+#include "tandem/drafting.h"
+#include "tandem/generate.h"
+#include "tandem/parallel.h"
+#include "tandem/profile.h"
+#include "tests/conformance/model_util.h"
+#include "tests/schedulers/slots/drafters.h"
+
+using namespace tandem;
+
+namespace {
+
+#ifndef TANDEM_LILICORR_DEVICE
+#define TANDEM_LILICORR_DEVICE "cpu"
+#endif
+
+constexpr int kTokens = 48;
+
+class LilicorrDrafting : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(TANDEM_LILICORR_DEVICE) == "cpu") return;
+    std::string cause;
+    try {
+      test::registry().backend(TANDEM_LILICORR_DEVICE);
+      return;
+    } catch (const std::exception& e) {
+      cause = std::string("no ") + TANDEM_LILICORR_DEVICE + " backend here: " + e.what();
+    }
+    TANDEM_GPU_UNAVAILABLE(cause);
+  }
+};
+
+std::unique_ptr<Model> load_target() {
+  LoadOptions o;
+  o.path = test::data_path("hf/latent");
+  o.device = TANDEM_LILICORR_DEVICE;
+  auto m = Model::load(o, test::registry());
+  set_thread_count(1);
+  return m;
+}
+
+std::vector<int32_t> prompt(size_t n) {
+  auto ids = test::read_ids(test::data_path("hf/latent/prompt_200.txt"));
+  return {ids.begin(), ids.begin() + long(n)};
+}
+
+std::string synthesize(const test::TempDir& dir, const ModelDesc& target, bool head) {
+  lilicorr::LiliFactory f;
+  SpeculatorSettings s("", "draft.lilicorr", {{"geometry", "tiny"}, {"head", head ? "true" : "false"}});
+  const std::string path = dir.file(head ? "lili" : "plain");
+  f.synthesize(path, target, s, 3);
+  return path;
+}
+
+DraftOptions options(const std::string& path) {
+  DraftOptions o = test::fixed_costs(7);  // verify every proposal at full width: a random drafter gets tried
+  o.settings["lilicorr"] = SpeculatorSettings("", "draft.lilicorr", {{"path", path}});
+  return o;
+}
+
+void expect_lossless(Model& m, Drafting& d, const std::string& what) {
+  for (size_t n : {5, 23}) {
+    const auto p = prompt(n);
+    const auto plain = generate(m, p, test::run_options(kTokens)).tokens;
+    DraftMetrics dm;
+    const auto got = d.generate(p, test::run_options(kTokens), {}, &dm).tokens;
+    EXPECT_EQ(got, plain) << what << ", prompt of " << n;
+    ASSERT_FALSE(dm.drafters.empty());
+    const auto& lili = dm.drafters[0];
+    EXPECT_EQ(lili.name, "lilicorr");
+    EXPECT_GT(lili.proposals, 0) << dm.summary();
+    EXPECT_GT(lili.drafted_tokens, 0) << dm.summary();
+    std::printf("%s, prompt %zu: lilicorr proposed %lld times, %lld drafts verified, %lld accepted (%.1f %%)\n",
+                what.c_str(), n, (long long)lili.proposals, (long long)lili.drafted_tokens,
+                (long long)lili.accepted_tokens,
+                lili.drafted_tokens ? 100.0 * double(lili.accepted_tokens) / double(lili.drafted_tokens) : 0.0);
+  }
+}
+
+TEST_F(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheHead) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), true);
+  Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, options(path));
+  EXPECT_EQ(m->taps(), (std::vector<int>{0, 1, 3, 4, 6, 7}));
+  expect_lossless(*m, d, "lilicorr with head");
+}
+
+TEST_F(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheBackboneOnly) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), false);
+  Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, options(path));
+  expect_lossless(*m, d, "lilicorr backbone argmax");
+}
+
+// The drafter as served: looked up by name in the plugin registry, beside lookup.
+TEST_F(LilicorrDrafting, WithLookupThroughTheRegistry) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), true);
+  DraftOptions o = options(path);
+  o.drafters = {"lilicorr", "lookup"};
+  Drafting d(*m, test::registry(), o);
+  expect_lossless(*m, d, "lilicorr + lookup");
+}
+
+// The proposal is the first max_n tokens of the full block (the block never shrinks).
+TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), true);
+  struct Grab : SpeculatorFactory {
+    SpeculatorContext ctx;
+    std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
+      s.finish();
+      ctx = c;
+      return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
+    }
+  };
+  auto grab = std::make_shared<Grab>();
+  Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
+  lilicorr::LiliFactory f;
+  SpeculatorSettings s("", "draft.lilicorr", {{"path", path}});
+  auto sp = f.create(grab->ctx, s);
+  auto& lili = static_cast<lilicorr::LiliDrafter&>(*sp);
+  m->set_taps(lili.hidden_layers());
+  const auto p = prompt(11);
+  auto seq = m->new_sequence(64);
+  std::vector<float> logits;
+  m->forward(*seq, p, ForwardMode::Prefill, logits, false);
+  m->commit(*seq, int(p.size()));
+  lili.begin(p.data(), p.size());
+  TargetHidden h;
+  h.pos0 = 0, h.rows = int64_t(p.size()), h.layers = lili.hidden_layers();
+  for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(0, h.rows));
+  lili.observe_prompt(h);
+  const int32_t first = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  lili.observe(&first, 1);
+  Draft full, part;
+  lili.propose(31, full);
+  ASSERT_EQ(full.tokens.size(), size_t(7)) << "B − 1 drafts";
+  EXPECT_EQ(lili.cache().rows, int64_t(p.size()));
+  lili.propose(3, part);
+  EXPECT_EQ(part.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 3));
+  EXPECT_EQ(lili.last_block(), full.tokens) << "the short proposal ran the full block";
+  for (int32_t t : full.tokens) EXPECT_TRUE(t >= 0 && t < m->desc().vocab);
+}
+
+TEST_F(LilicorrDrafting, AWidthMismatchWithTheTargetIsAnError) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  ModelDesc other = m->desc();
+  other.hidden = 32;
+  const std::string path = synthesize(dir, other, true);
+  try {
+    Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, options(path));
+    ADD_FAILURE() << "a 32-wide drafter was accepted for a 64-wide target";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("32 wide (hidden_size), the target 64"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// As a profile selects it: `draft: {drafters: [lilicorr, lookup], lilicorr: {path: …}}`, the path
+// relative to the profile file.
+TEST_F(LilicorrDrafting, AProfileSelectsItWithARelativePath) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  synthesize(dir, m->desc(), true);  // dir/lili
+  const std::string yaml = dir.file("p.yaml");
+  std::ofstream(yaml) << "model: " << test::data_path("hf/latent") << "\n"
+                      << "draft:\n  drafters: [lilicorr, lookup]\n  lilicorr:\n    path: lili\n"
+                      << "  staircut:\n    force_k: 7\n    verify_costs: [0.001, 0.00105, 0.0011, 0.00115, 0.0012, "
+                         "0.00125, 0.0013, 0.00135]\n    max_k: 7\n";
+  const Profile prof = load_profile(yaml);
+  ASSERT_EQ(prof.draft.drafters, (std::vector<std::string>{"lilicorr", "lookup"}));
+  Drafting d(*m, test::registry(), prof.draft);
+  expect_lossless(*m, d, "lilicorr + lookup from a profile");
+}
+
+}  // namespace
+
+namespace {
+
+// Sampled: a deterministic drafter leaves a seeded run's tokens as plain decoding draws them.
+TEST_F(LilicorrDrafting, SeededSampledRunsEqualPlain) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const std::string path = synthesize(dir, m->desc(), true);
+  Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, options(path));
+  const auto p = prompt(9);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    GenerateOptions o = test::run_options(32);
+    o.sampling.temperature = seed % 2 ? 1.0f : 0.8f;
+    o.sampling.seed = seed;
+    const auto plain = generate(*m, p, o).tokens;
+    DraftMetrics dm;
+    EXPECT_EQ(d.generate(p, o, {}, &dm).tokens, plain) << "seed " << seed;
+    EXPECT_GT(dm.drafters.at(0).drafted_tokens, 0) << dm.summary();
+  }
+}
+
+}  // namespace
