@@ -167,7 +167,7 @@ TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, 
   r.logprob = double(logits[token]) - lse;
   const size_t k = size_t(std::min<int64_t>(top, vocab));
   if (k == 0) return r;
-  std::vector<int32_t> ids(size_t(vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(i);
   auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(), before);

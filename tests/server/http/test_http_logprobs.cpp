@@ -65,6 +65,12 @@ int token_id(const std::string& piece) {
   return std::stoi(piece.substr(9));
 }
 
+// completion_body() without its "temperature":0 (a second temperature key would not win).
+std::string sampled_body(const std::vector<int32_t>& prompt, int max_tokens, const std::string& extra) {
+  std::string b = completion_body(prompt, max_tokens, extra);
+  return b.replace(b.find(",\"temperature\":0"), 16, "");
+}
+
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -255,8 +261,8 @@ TEST(HttpLogprobs, ChatLogprobsShape) {
 TEST(HttpLogprobs, SeededChoicesEqualSingleRequestsWithDerivedSeeds) {
   auto& s = plain();
   const auto& p = fixture_prompt();
-  const std::string sampled = R"(,"temperature":1.0,"top_p":1,"logprobs":1)";
-  auto r = http_request(s.port, "POST", "/v1/completions", completion_body(p, 10, sampled + R"(,"seed":41,"n":3)"), auth());
+  const std::string sampled = R"(,"temperature":1.5,"top_p":1,"logprobs":1)";
+  auto r = http_request(s.port, "POST", "/v1/completions", sampled_body(p, 10, sampled + R"(,"seed":41,"n":3)"), auth());
   ASSERT_EQ(r.status, 200) << r.body;
   auto d = parse_json(r.body);
   ASSERT_EQ(d["choices"].Size(), 3u);
@@ -269,19 +275,19 @@ TEST(HttpLogprobs, SeededChoicesEqualSingleRequestsWithDerivedSeeds) {
     completion_tokens += int64_t(got.back().size());
     // Choice i is the request with seed 41 + i.
     auto one = parse_json(http_request(s.port, "POST", "/v1/completions",
-                                       completion_body(p, 10, sampled + ",\"seed\":" + std::to_string(41 + i)), auth())
+                                       sampled_body(p, 10, sampled + ",\"seed\":" + std::to_string(41 + i)), auth())
                               .body);
     EXPECT_EQ(got.back(), int_array(one["choices"][0]["tokens"])) << "choice " << i;
     // Sampled at temperature 1, the logprobs are still the model's raw distribution.
     expect_completion_logprobs(c["logprobs"], concat(p, got.back()), p.size(), 1);
   }
-  EXPECT_TRUE(got[0] != got[1] || got[1] != got[2]) << "three seeds gave one text";
+  EXPECT_TRUE(got[0] != got[1] || got[1] != got[2]) << "three seeds gave one text: " << ::testing::PrintToString(got);
   EXPECT_EQ(d["usage"]["prompt_tokens"].GetInt(), int(p.size()));
   EXPECT_EQ(d["usage"]["completion_tokens"].GetInt64(), completion_tokens);
 
   // Streamed: each chunk names its choice; per index the tokens equal the non-streamed choice.
   auto st = http_request(s.port, "POST", "/v1/completions",
-                         completion_body(p, 10, sampled + R"(,"seed":41,"n":3,"stream":true,"stream_options":{"include_usage":true})"),
+                         sampled_body(p, 10, sampled + R"(,"seed":41,"n":3,"stream":true,"stream_options":{"include_usage":true})"),
                          auth());
   ASSERT_EQ(st.status, 200) << st.body;
   std::map<int, std::vector<int32_t>> per;
