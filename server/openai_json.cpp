@@ -298,6 +298,14 @@ std::string error_body(const ApiError& e) {
   return done(b);
 }
 
+// The tail of a whole response: usage, then timings.
+auto usage_tail(const Usage& u, const Timings& t) {
+  return [&u, &t](JsonWriter& w) {
+    usage(w, u);
+    timings(w, t);
+  };
+}
+
 std::string chat_response(const ResponseHead& h, const std::vector<ChatChoice>& choices, const Usage& u,
                           const Timings& t) {
   return with_choices(
@@ -307,10 +315,7 @@ std::string chat_response(const ResponseHead& h, const std::vector<ChatChoice>& 
           choice(w, int(i), [&](JsonWriter& w) { message_body(w, choices[i].message); }, true, choices[i].logprobs,
                  choices[i].finish_reason.c_str());
       },
-      [&](JsonWriter& w) {
-        usage(w, u);
-        timings(w, t);
-      });
+      usage_tail(u, t));
 }
 
 std::string completion_response(const ResponseHead& h, const std::vector<CompletionChoice>& choices, const Usage& u,
@@ -322,10 +327,7 @@ std::string completion_response(const ResponseHead& h, const std::vector<Complet
           choice(w, int(i), [&](JsonWriter& w) { completion_body(w, choices[i].text, choices[i].tokens); }, false,
                  choices[i].logprobs, choices[i].finish_reason.c_str());
       },
-      [&](JsonWriter& w) {
-        usage(w, u);
-        timings(w, t);
-      });
+      usage_tail(u, t));
 }
 
 std::string chat_chunk_role(const ResponseHead& h, int index, bool with_usage_null) {
