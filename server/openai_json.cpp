@@ -124,24 +124,110 @@ void usage_null(JsonWriter& w, bool with) {
 
 std::string done(rj::StringBuffer& b) { return std::string(b.GetString(), b.GetSize()); }
 
-// {head…, "choices": [{"index": 0, <body>, "logprobs": null, "finish_reason": …}], <tail>}: the
-// shape of every response and chunk that carries a choice.
-template <class Body, class Tail>
-std::string one_choice(const ResponseHead& h, const char* object, Body body, const char* finish_reason, Tail tail) {
+// OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}],
+// "refusal": null}.
+void chat_logprobs(JsonWriter& w, const std::vector<LogprobEntry>* lp) {
+  key(w, "logprobs");
+  if (!lp) {
+    w.Null();
+    return;
+  }
+  auto token = [&](const LogprobPiece& p, double logprob) {
+    key(w, "token"), str(w, p.token);
+    key(w, "logprob"), w.Double(logprob);
+    key(w, "bytes");
+    if (!p.bytes) {
+      w.Null();
+      return;
+    }
+    w.StartArray();
+    for (unsigned char c : *p.bytes) w.Int(c);
+    w.EndArray();
+  };
+  w.StartObject();
+  key(w, "content");
+  w.StartArray();
+  for (const LogprobEntry& e : *lp) {
+    w.StartObject();
+    token(e.piece, e.logprob.value_or(0));
+    key(w, "top_logprobs");
+    w.StartArray();
+    for (const auto& [p, l] : e.top) {
+      w.StartObject();
+      token(p, l);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  key(w, "refusal"), w.Null();
+  w.EndObject();
+}
+
+// The legacy completions shape: {"tokens", "token_logprobs", "top_logprobs" (dicts), "text_offset"},
+// null where the first echoed prompt token has no logprob.
+void completion_logprobs(JsonWriter& w, const std::vector<LogprobEntry>* lp) {
+  key(w, "logprobs");
+  if (!lp) {
+    w.Null();
+    return;
+  }
+  w.StartObject();
+  key(w, "tokens");
+  w.StartArray();
+  for (const LogprobEntry& e : *lp) str(w, e.piece.token);
+  w.EndArray();
+  key(w, "token_logprobs");
+  w.StartArray();
+  for (const LogprobEntry& e : *lp)
+    if (e.logprob) w.Double(*e.logprob);
+    else w.Null();
+  w.EndArray();
+  key(w, "top_logprobs");
+  w.StartArray();
+  for (const LogprobEntry& e : *lp) {
+    if (!e.logprob) {
+      w.Null();
+      continue;
+    }
+    w.StartObject();
+    for (const auto& [p, l] : e.top) w.Key(p.token.data(), rj::SizeType(p.token.size())), w.Double(l);
+    w.EndObject();
+  }
+  w.EndArray();
+  key(w, "text_offset");
+  w.StartArray();
+  for (const LogprobEntry& e : *lp) w.Int64(e.text_offset);
+  w.EndArray();
+  w.EndObject();
+}
+
+// {"index": i, <body>, "logprobs": …, "finish_reason": …}: every choice of a response or chunk.
+template <class Body>
+void choice(JsonWriter& w, int index, Body body, bool chat, const std::vector<LogprobEntry>* lp,
+            const char* finish_reason) {
+  w.StartObject();
+  key(w, "index"), w.Int(index);
+  body(w);
+  if (chat) chat_logprobs(w, lp);
+  else completion_logprobs(w, lp);
+  key(w, "finish_reason");
+  if (finish_reason) w.String(finish_reason);
+  else w.Null();
+  w.EndObject();
+}
+
+// {head…, "choices": [<choices>], <tail>}: the shape of every response and chunk that carries choices.
+template <class Choices, class Tail>
+std::string with_choices(const ResponseHead& h, const char* object, Choices choices, Tail tail) {
   rj::StringBuffer b;
   JsonWriter w(b);
   w.StartObject();
   head(w, h, object);
   key(w, "choices");
   w.StartArray();
-  w.StartObject();
-  key(w, "index"), w.Int(0);
-  body(w);
-  key(w, "logprobs"), w.Null();
-  key(w, "finish_reason");
-  if (finish_reason) w.String(finish_reason);
-  else w.Null();
-  w.EndObject();
+  choices(w);
   w.EndArray();
   tail(w);
   w.EndObject();
@@ -150,33 +236,54 @@ std::string one_choice(const ResponseHead& h, const char* object, Body body, con
 
 // Chat chunk with one choice whose delta is written by `delta`.
 template <class F>
-std::string chat_chunk(const ResponseHead& h, F delta, const char* finish_reason, bool with_usage_null) {
-  return one_choice(
+std::string chat_chunk(const ResponseHead& h, int index, F delta, const std::vector<LogprobEntry>* lp,
+                       const char* finish_reason, bool with_usage_null) {
+  return with_choices(
       h, "chat.completion.chunk",
       [&](JsonWriter& w) {
-        key(w, "delta");
-        w.StartObject();
-        delta(w);
-        w.EndObject();
+        choice(
+            w, index,
+            [&](JsonWriter& w) {
+              key(w, "delta");
+              w.StartObject();
+              delta(w);
+              w.EndObject();
+            },
+            true, lp, finish_reason);
       },
-      finish_reason, [&](JsonWriter& w) { usage_null(w, with_usage_null); });
+      [&](JsonWriter& w) { usage_null(w, with_usage_null); });
 }
 
-// One text_completion object: a whole response (`u` and `t` given) or a stream chunk.
-std::string completion_object(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
-                              const char* finish_reason, const Usage* u, const Timings* t, bool with_usage_null) {
-  return one_choice(
-      h, "text_completion",
-      [&](JsonWriter& w) {
-        key(w, "text"), str(w, text);
-        tokens_field(w, tokens);
-      },
-      finish_reason,
-      [&](JsonWriter& w) {
-        if (u) usage(w, *u);
-        if (t) timings(w, *t);
-        usage_null(w, with_usage_null);
-      });
+void completion_body(JsonWriter& w, const std::string& text, const std::vector<int32_t>* tokens) {
+  key(w, "text"), str(w, text);
+  tokens_field(w, tokens);
+}
+
+void message_body(JsonWriter& w, const ChatMessage& m) {
+  key(w, "message");
+  w.StartObject();
+  key(w, "role"), w.String("assistant");
+  key(w, "content");
+  if (m.content.empty() && !m.tool_calls.empty()) w.Null();
+  else str(w, m.content);
+  if (m.had_reasoning) key(w, "reasoning_content"), str(w, m.reasoning);
+  if (!m.tool_calls.empty()) {
+    key(w, "tool_calls");
+    w.StartArray();
+    for (const auto& c : m.tool_calls) {
+      w.StartObject();
+      key(w, "id"), str(w, c.id);
+      key(w, "type"), w.String("function");
+      key(w, "function");
+      w.StartObject();
+      key(w, "name"), str(w, c.name);
+      key(w, "arguments"), str(w, c.arguments);
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
 }
 
 }  // namespace
@@ -191,54 +298,48 @@ std::string error_body(const ApiError& e) {
   return done(b);
 }
 
-std::string chat_response(const ResponseHead& h, const ChatMessage& m, const std::string& finish_reason,
-                          const Usage& u, const Timings& t) {
-  auto message = [&](JsonWriter& w) {
-    key(w, "message");
-    w.StartObject();
-    key(w, "role"), w.String("assistant");
-    key(w, "content");
-    if (m.content.empty() && !m.tool_calls.empty()) w.Null();
-    else str(w, m.content);
-    if (m.had_reasoning) key(w, "reasoning_content"), str(w, m.reasoning);
-    if (!m.tool_calls.empty()) {
-      key(w, "tool_calls");
-      w.StartArray();
-      for (const auto& c : m.tool_calls) {
-        w.StartObject();
-        key(w, "id"), str(w, c.id);
-        key(w, "type"), w.String("function");
-        key(w, "function");
-        w.StartObject();
-        key(w, "name"), str(w, c.name);
-        key(w, "arguments"), str(w, c.arguments);
-        w.EndObject();
-        w.EndObject();
-      }
-      w.EndArray();
-    }
-    w.EndObject();
-  };
-  return one_choice(h, "chat.completion", message, finish_reason.c_str(), [&](JsonWriter& w) {
+// The tail of a whole response: usage, then timings.
+auto usage_tail(const Usage& u, const Timings& t) {
+  return [&u, &t](JsonWriter& w) {
     usage(w, u);
     timings(w, t);
-  });
+  };
 }
 
-std::string completion_response(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
-                                const std::string& finish_reason, const Usage& u, const Timings& t) {
-  return completion_object(h, text, tokens, finish_reason.c_str(), &u, &t, false);
+std::string chat_response(const ResponseHead& h, const std::vector<ChatChoice>& choices, const Usage& u,
+                          const Timings& t) {
+  return with_choices(
+      h, "chat.completion",
+      [&](JsonWriter& w) {
+        for (size_t i = 0; i < choices.size(); ++i)
+          choice(w, int(i), [&](JsonWriter& w) { message_body(w, choices[i].message); }, true, choices[i].logprobs,
+                 choices[i].finish_reason.c_str());
+      },
+      usage_tail(u, t));
 }
 
-std::string chat_chunk_role(const ResponseHead& h, bool with_usage_null) {
+std::string completion_response(const ResponseHead& h, const std::vector<CompletionChoice>& choices, const Usage& u,
+                                const Timings& t) {
+  return with_choices(
+      h, "text_completion",
+      [&](JsonWriter& w) {
+        for (size_t i = 0; i < choices.size(); ++i)
+          choice(w, int(i), [&](JsonWriter& w) { completion_body(w, choices[i].text, choices[i].tokens); }, false,
+                 choices[i].logprobs, choices[i].finish_reason.c_str());
+      },
+      usage_tail(u, t));
+}
+
+std::string chat_chunk_role(const ResponseHead& h, int index, bool with_usage_null) {
   return chat_chunk(
-      h, [](JsonWriter& w) { key(w, "role"), w.String("assistant"), key(w, "content"), w.String(""); }, nullptr,
-      with_usage_null);
+      h, index, [](JsonWriter& w) { key(w, "role"), w.String("assistant"), key(w, "content"), w.String(""); }, nullptr,
+      nullptr, with_usage_null);
 }
 
-std::string chat_chunk_delta(const ResponseHead& h, const ChatDelta& d, bool with_usage_null) {
+std::string chat_chunk_delta(const ResponseHead& h, int index, const ChatDelta& d, const std::vector<LogprobEntry>* lp,
+                             bool with_usage_null) {
   return chat_chunk(
-      h,
+      h, index,
       [&](JsonWriter& w) {
         switch (d.kind) {
           case ChatDelta::Kind::reasoning: key(w, "reasoning_content"), str(w, d.text); break;
@@ -260,16 +361,21 @@ std::string chat_chunk_delta(const ResponseHead& h, const ChatDelta& d, bool wit
             break;
         }
       },
-      nullptr, with_usage_null);
+      lp, nullptr, with_usage_null);
 }
 
-std::string chat_chunk_finish(const ResponseHead& h, const std::string& finish_reason, bool with_usage_null) {
-  return chat_chunk(h, [](JsonWriter&) {}, finish_reason.c_str(), with_usage_null);
+std::string chat_chunk_finish(const ResponseHead& h, int index, const std::string& finish_reason,
+                              const std::vector<LogprobEntry>* lp, bool with_usage_null) {
+  return chat_chunk(h, index, [](JsonWriter&) {}, lp, finish_reason.c_str(), with_usage_null);
 }
 
-std::string completion_chunk(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
+std::string completion_chunk(const ResponseHead& h, int index, const std::string& text,
+                             const std::vector<int32_t>* tokens, const std::vector<LogprobEntry>* lp,
                              const char* finish_reason, bool with_usage_null) {
-  return completion_object(h, text, tokens, finish_reason, nullptr, nullptr, with_usage_null);
+  return with_choices(
+      h, "text_completion",
+      [&](JsonWriter& w) { choice(w, index, [&](JsonWriter& w) { completion_body(w, text, tokens); }, false, lp, finish_reason); },
+      [&](JsonWriter& w) { usage_null(w, with_usage_null); });
 }
 
 std::string usage_chunk(const ResponseHead& h, bool chat, const Usage& u, const Timings& t) {

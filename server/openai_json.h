@@ -40,6 +40,11 @@ rapidjson::Document parse_body(const std::string& body);
 
 using GenParams = RequestParams;
 
+// The most choices one request may ask for (`n`); each is a job of its own in the queue.
+constexpr int kMaxChoices = 16;
+// The most alternatives per position (`top_logprobs`, completions' `logprobs`), as OpenAI allows.
+constexpr int kMaxTopLogprobs = 20;
+
 struct GenRequest {
   bool chat = false;
   std::string model;                   // "" when absent
@@ -54,6 +59,9 @@ struct GenRequest {
   std::vector<ToolSpec> tools;         // chat: the declared tools (empty with tool_choice none)
   OutputRules rules;                   // chat: what decoding enforces (reasoning budget filled in by the route)
   std::optional<int64_t> reasoning_budget;  // chat: the request's budget, if it set one
+  int n = 1;                           // choices
+  int logprobs = -1;                   // alternatives per token (chat top_logprobs, completions logprobs); -1 = none
+  bool echo = false;                   // completions: the prompt leads the text (and the logprobs)
 };
 
 // Field checks for /v1/chat/completions and /v1/completions. `defaults` is the server's sampling;
@@ -72,20 +80,56 @@ struct ResponseHead {
   std::string fingerprint;
 };
 
-// Non-streamed bodies. `content` is null when empty and tool calls were made (OpenAI's rule);
-// reasoning_content appears when a reasoning span was opened.
-std::string chat_response(const ResponseHead& h, const ChatMessage& m, const std::string& finish_reason,
-                          const Usage& u, const Timings& t);
-std::string completion_response(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
-                                const std::string& finish_reason, const Usage& u, const Timings& t);
+// How a token shows in logprobs: `token` is its text when its bytes are valid UTF-8, else
+// "bytes:\\xNN…" (as OpenAI and vLLM write partial characters), or "token_id:N" without a tokenizer,
+// where `bytes` is null.
+struct LogprobPiece {
+  std::string token;
+  std::optional<std::string> bytes;
+};
+
+// One position of a choice's logprobs.
+struct LogprobEntry {
+  LogprobPiece piece;
+  std::optional<double> logprob;  // null: the first echoed prompt token (nothing before it)
+  std::vector<std::pair<LogprobPiece, double>> top;
+  int64_t text_offset = 0;        // completions: where the token's text starts in the choice's text
+};
+
+struct ChatChoice {
+  ChatMessage message;
+  std::string finish_reason;
+  const std::vector<LogprobEntry>* logprobs = nullptr;  // null → "logprobs": null
+};
+
+struct CompletionChoice {
+  std::string text;
+  const std::vector<int32_t>* tokens = nullptr;  // `tokens` (ids) beside the text when set
+  std::string finish_reason;
+  const std::vector<LogprobEntry>* logprobs = nullptr;
+};
+
+// Non-streamed bodies, choices[i] with index i. `content` is null when empty and tool calls were
+// made (OpenAI's rule); reasoning_content appears when a reasoning span was opened. Chat logprobs
+// are {content: [{token, logprob, bytes, top_logprobs}], refusal: null}; completions' are
+// {tokens, token_logprobs, top_logprobs (dicts), text_offset}.
+std::string chat_response(const ResponseHead& h, const std::vector<ChatChoice>& choices, const Usage& u,
+                          const Timings& t);
+std::string completion_response(const ResponseHead& h, const std::vector<CompletionChoice>& choices, const Usage& u,
+                                const Timings& t);
 
 // Stream chunks (the JSON after `data: `). `with_usage_null`: include_usage was asked, so every chunk
 // but the last carries `"usage": null`.
-std::string chat_chunk_role(const ResponseHead& h, bool with_usage_null);
+// Each chunk carries one choice, `index`, and the logprobs of the tokens it is the first to show
+// (null: "logprobs": null).
+std::string chat_chunk_role(const ResponseHead& h, int index, bool with_usage_null);
 // One parsed piece: delta.reasoning_content, delta.content or delta.tool_calls[0].
-std::string chat_chunk_delta(const ResponseHead& h, const ChatDelta& d, bool with_usage_null);
-std::string chat_chunk_finish(const ResponseHead& h, const std::string& finish_reason, bool with_usage_null);
-std::string completion_chunk(const ResponseHead& h, const std::string& text, const std::vector<int32_t>* tokens,
+std::string chat_chunk_delta(const ResponseHead& h, int index, const ChatDelta& d, const std::vector<LogprobEntry>* lp,
+                             bool with_usage_null);
+std::string chat_chunk_finish(const ResponseHead& h, int index, const std::string& finish_reason,
+                              const std::vector<LogprobEntry>* lp, bool with_usage_null);
+std::string completion_chunk(const ResponseHead& h, int index, const std::string& text,
+                             const std::vector<int32_t>* tokens, const std::vector<LogprobEntry>* lp,
                              const char* finish_reason, bool with_usage_null);
 // The usage chunk: `choices: []`, usage and timings.
 std::string usage_chunk(const ResponseHead& h, bool chat, const Usage& u, const Timings& t);

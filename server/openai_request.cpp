@@ -168,13 +168,14 @@ void parse_logit_bias(Fields& f, GenParams& p, int vocab) {
 }
 
 // Fields shared by both routes: sampling, limits, stream switches.
-void parse_common(Fields& f, GenRequest& r, const SamplingParams& defaults, int vocab) {
+// `min_tokens_out`: the least max_tokens may be (0 for completions that echo: the prompt alone is scored).
+void parse_common(Fields& f, GenRequest& r, const SamplingParams& defaults, int vocab, int min_tokens_out = 1) {
   GenParams& p = r.params;
   p.sampling = defaults;
   if (auto m = f.string("model")) r.model = *m;
   // max_completion_tokens wins over the older max_tokens (chat); completions know only max_tokens.
   auto mct = f.integer("max_completion_tokens", 1, INT32_MAX);
-  auto mt = f.integer("max_tokens", 1, INT32_MAX);
+  auto mt = f.integer("max_tokens", min_tokens_out, INT32_MAX);
   if (mct) p.max_tokens = int(*mct);
   else if (mt) p.max_tokens = int(*mt);
   if (auto t = f.number("temperature", 0, 2)) p.sampling.temperature = float(*t);
@@ -191,8 +192,7 @@ void parse_common(Fields& f, GenRequest& r, const SamplingParams& defaults, int 
   if (auto v = f.number("repetition_penalty", 0, 10, true)) p.repetition_penalty = float(*v);
   parse_logit_bias(f, p, vocab);
   parse_stop(f, p);
-  if (auto n = f.integer("n", INT64_MIN, INT64_MAX); n && *n != 1)
-    throw bad_request("unsupported_parameter", "n", "'n' must be 1 (one choice per request), found " + std::to_string(*n));
+  if (auto n = f.integer("n", 1, kMaxChoices)) r.n = int(*n);
   if (auto b = f.boolean("ignore_eos")) p.ignore_eos = *b;
   if (auto m = f.integer("min_tokens", 0, INT32_MAX)) p.min_tokens = int(*m);
   if (auto s = f.boolean("stream")) r.stream = *s;
@@ -353,15 +353,16 @@ void parse_chat_extras(Fields& f, GenRequest& r) {
         throw bad_request("unsupported_parameter", "modalities", "'modalities' may only hold \"text\"");
 }
 
-void parse_logprobs(Fields& f, bool chat) {
-  if (chat) {
+// Chat: `logprobs` (bool) and `top_logprobs` (0–20, only with logprobs); completions: `logprobs` (0–20).
+void parse_logprobs(Fields& f, GenRequest& r) {
+  if (r.chat) {
     auto lp = f.boolean("logprobs");
-    auto top = f.integer("top_logprobs", 0, 20);
+    auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs);
     if (top && !(lp && *lp))
       throw bad_request("invalid_value", "top_logprobs", "'top_logprobs' requires 'logprobs': true");
-    if (lp && *lp) throw bad_request("unsupported_parameter", "logprobs", "'logprobs' is not supported by tandem yet");
-  } else if (f.integer("logprobs", 0, 5)) {
-    throw bad_request("unsupported_parameter", "logprobs", "'logprobs' is not supported by tandem yet");
+    if (lp && *lp) r.logprobs = int(top.value_or(0));
+  } else if (auto n = f.integer("logprobs", 0, kMaxTopLogprobs)) {
+    r.logprobs = int(*n);
   }
 }
 
@@ -392,7 +393,7 @@ GenRequest parse_chat_request(const rj::Value& body, const SamplingParams& defau
   parse_common(f, r, defaults, vocab);
   parse_tools(f, r);
   parse_chat_extras(f, r);
-  parse_logprobs(f, true);
+  parse_logprobs(f, r);
   f.check_unknown(strict);
   return r;
 }
@@ -400,7 +401,7 @@ GenRequest parse_chat_request(const rj::Value& body, const SamplingParams& defau
 GenRequest parse_completion_request(const rj::Value& body, const SamplingParams& defaults, int vocab, bool strict) {
   Fields f(body);
   GenRequest r;
-  if (auto e = f.boolean("echo"); e && *e) throw bad_request("unsupported_parameter", "echo", "'echo' is not supported by tandem");
+  if (auto e = f.boolean("echo")) r.echo = *e;
   if (auto s = f.string("suffix"); s && !s->empty())
     throw bad_request("unsupported_parameter", "suffix", "'suffix' is not supported by tandem");
   if (auto b = f.integer("best_of", INT64_MIN, INT64_MAX); b && *b != 1)
@@ -418,8 +419,8 @@ GenRequest parse_completion_request(const rj::Value& body, const SamplingParams&
   } else {
     throw wrong_type("prompt", "a string or an array of token ids", *p);
   }
-  parse_common(f, r, defaults, vocab);
-  parse_logprobs(f, false);
+  parse_common(f, r, defaults, vocab, r.echo ? 0 : 1);
+  parse_logprobs(f, r);
   f.check_unknown(strict);
   return r;
 }

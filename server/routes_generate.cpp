@@ -1,5 +1,7 @@
 // /v1/chat/completions and /v1/completions: validate, build the prompt, queue a Job, then either
 // collect its output into one body or stream it as SSE, cancelling the job when the client leaves.
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include <boost/asio/redirect_error.hpp>
@@ -10,6 +12,7 @@
 #include "routes.h"
 #include "tandem/text/chat_output.h"
 #include "tandem/text/text_codec.h"
+#include "tandem/text/text_stream.h"
 
 namespace tandem::server {
 
@@ -55,6 +58,67 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+int64_t code_points(const std::string& bytes) {
+  return std::count_if(bytes.begin(), bytes.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+LogprobPiece piece(const TextCodec& codec, bool has_text, int32_t id) {
+  if (!has_text) return {"token_id:" + std::to_string(id), std::nullopt};
+  std::string b = codec.token_bytes(id);
+  if (is_valid_utf8(b)) return {b, b};
+  std::string t = "bytes:";
+  for (unsigned char c : b) {
+    char x[8];
+    std::snprintf(x, sizeof x, "\\x%02x", c);
+    t += x;
+  }
+  return {t, b};
+}
+
+// One choice of a request: its job and what came back of it that is not sent yet.
+struct Choice {
+  std::shared_ptr<Job> job;
+  std::unique_ptr<ChatOutputParser> parser;
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<LogprobEntry> logprobs;
+  JobOutput out;              // the last take
+  std::string reason;         // finish_reason once done
+  int64_t offset = 0;         // completions: code points of the choice's text so far (text_offset)
+  std::vector<TokenLogprobs> prompt_logprobs;  // echo: the prompt's, gathered over the prefill chunks
+  bool echoed = false;        // completions with echo: the prompt went out
+};
+
+// The response's view of a choice's logprobs (completions also list the taken token among the
+// alternatives, as OpenAI's legacy API does: up to logprobs + 1 entries).
+struct LogprobWriter {
+  const TextCodec& codec;
+  bool has_text;
+  bool completions;
+  LogprobEntry entry(const TokenLogprobs& lp, int64_t& offset) const {
+    LogprobEntry e;
+    e.piece = piece(codec, has_text, lp.token);
+    e.logprob = lp.logprob;
+    bool listed = false;
+    for (const auto& [id, l] : lp.top) {
+      e.top.emplace_back(piece(codec, has_text, id), l);
+      listed |= id == lp.token;
+    }
+    if (completions && !listed) e.top.emplace_back(e.piece, lp.logprob);
+    e.text_offset = offset;
+    offset += code_points(e.piece.bytes.value_or(""));
+    return e;
+  }
+  // Echo: the first prompt token has nothing before it, so no logprob (null, as OpenAI).
+  LogprobEntry first(int32_t token, int64_t& offset) const {
+    LogprobEntry e;
+    e.piece = piece(codec, has_text, token);
+    e.text_offset = offset;
+    offset += code_points(e.piece.bytes.value_or(""));
+    return e;
+  }
+};
+
 }  // namespace
 
 net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request& req, bool chat,
@@ -68,9 +132,14 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   if (!model_matches(s, g.model))
     throw ApiError{404, "not_found_error", "model_not_found", "model",
                    "model '" + g.model + "' is not served here; this server serves '" + s.model_name + "'", {}};
-  const bool has_text = s.loaded.codec->missing_tokenizer().empty();
+  const TextCodec& codec = *s.loaded.codec;
+  const bool has_text = codec.missing_tokenizer().empty();
   if (!g.params.stop.empty() && !has_text)
-    throw not_implemented(s.loaded.codec->missing_tokenizer() + "; 'stop' strings need one");
+    throw not_implemented(codec.missing_tokenizer() + "; 'stop' strings need one");
+  const int capacity = s.scheduler->options().slots + s.scheduler->options().max_queue;
+  if (g.n > capacity)
+    throw bad_request("invalid_value", "n", "'n' = " + std::to_string(g.n) + " choices do not fit this server's " +
+                                                 std::to_string(capacity) + " places (slots + max_queue)");
 
   if (chat) apply_chat_defaults(s, doc);
   bool starts_in_reasoning = false;
@@ -85,28 +154,58 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   // Clamped so that prompt + generated tokens fit the window, like tandem::generate requires.
   int64_t max_tokens = std::min<int64_t>(g.params.max_tokens.value_or(s.options.default_max_tokens),
                                          window - int64_t(prompt.size()));
-
-  auto job = std::make_shared<Job>();
-  job->request_id = request_id;
-  job->prompt = std::move(prompt);
-  job->max_tokens = int(max_tokens);
-  job->params = g.params;
-  job->want_text = has_text;
-  if (chat) {
-    job->chat = true;
-    job->starts_in_reasoning = starts_in_reasoning;
-    job->tools = g.tools;
-    job->rules = g.rules;
-    job->rules.reasoning_budget = g.reasoning_budget.value_or(s.options.reasoning_budget);
-    job->rules.reasoning_budget_message = s.options.reasoning_budget_message;
+  const bool want_logprobs = g.logprobs >= 0;
+  // Echo: the prompt leads each choice's text (as sent, or decoded from ids) and its logprobs.
+  std::string echo_text;
+  if (g.echo) {
+    if (g.prompt_text) {
+      echo_text = *g.prompt_text;
+    } else if (has_text) {
+      TextStream ts(codec, {});
+      for (int32_t t : prompt) echo_text += ts.push(t);
+      echo_text += ts.flush();
+    }
   }
-  if (!g.params.has_seed && g.params.sampling.temperature > 0) job->params.sampling.seed = std::random_device{}();
+
+  // Choice i is a job of its own with seed + i (mod 2^64): the same tokens as a request with n = 1
+  // and that seed. Without a seed, sampled choices start from one random seed.
+  if (!g.params.has_seed && g.params.sampling.temperature > 0) g.params.sampling.seed = std::random_device{}();
   auto executor = co_await net::this_coro::executor;
   auto signal = std::make_shared<net::steady_timer>(executor);
-  // The engine thread must not touch the timer: it posts the cancel to the io thread instead.
-  job->wake = [signal, executor] { net::post(executor, [signal] { signal->cancel(); }); };
+  std::vector<Choice> choices(size_t(g.n));
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int i = 0; i < g.n; ++i) {
+    auto job = std::make_shared<Job>();
+    job->request_id = request_id;
+    job->prompt = prompt;
+    job->max_tokens = int(max_tokens);
+    job->params = g.params;
+    job->params.sampling.seed = g.params.sampling.seed + uint64_t(i);
+    job->want_text = has_text;
+    job->logprobs = g.logprobs;
+    job->prompt_logprobs = g.echo && want_logprobs;
+    if (chat) {
+      job->chat = true;
+      job->starts_in_reasoning = starts_in_reasoning;
+      job->tools = g.tools;
+      job->rules = g.rules;
+      job->rules.reasoning_budget = g.reasoning_budget.value_or(s.options.reasoning_budget);
+      job->rules.reasoning_budget_message = s.options.reasoning_budget_message;
+    }
+    // The engine thread must not touch the timer: it posts the cancel to the io thread instead.
+    job->wake = [signal, executor] { net::post(executor, [signal] { signal->cancel(); }); };
+    jobs.push_back(job);
+    Choice& ch = choices[size_t(i)];
+    ch.job = job;
+    // Chat text goes through the output parser (reasoning, content, tool calls) on this thread.
+    ChatOutputOptions po;
+    po.starts_in_reasoning = starts_in_reasoning;
+    po.tools = g.tools;
+    po.id_seed = std::hash<std::string>{}(request_id) + size_t(i);
+    ch.parser = std::make_unique<ChatOutputParser>(po);
+  }
 
-  switch (s.scheduler->submit(job)) {
+  switch (s.scheduler->submit(jobs)) {
     case SlotScheduler::Admission::accepted: break;
     case SlotScheduler::Admission::queue_full:
       s.metrics.refused("queue_full");
@@ -115,19 +214,17 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
       s.metrics.refused("draining");
       throw unavailable("draining", "the server is shutting down", 30);
   }
+  auto cancel_all = [&] {
+    for (auto& ch : choices) ch.job->cancel(Job::Cancel::client_gone);
+  };
 
   ResponseHead head{random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), g.model.empty() ? s.model_name : g.model,
                     s.fingerprint};
   // Without a tokenizer the ids are the only output, so they are always sent.
   const bool send_tokens = g.return_tokens || !has_text;
-  // Chat text goes through the output parser (reasoning, content, tool calls) on this thread.
-  ChatOutputOptions po;
-  po.starts_in_reasoning = starts_in_reasoning;
-  po.tools = g.tools;
-  po.id_seed = std::hash<std::string>{}(request_id);
-  ChatOutputParser parser(po);
-  auto parse = [&](const std::string& text) {
-    if (!g.raw_output) return parser.feed(text);
+  const LogprobWriter lpw{codec, has_text, !chat};
+  auto parse = [&](Choice& ch, const std::string& text) {
+    if (!g.raw_output) return ch.parser->feed(text);
     std::vector<ChatDelta> raw;
     if (!text.empty()) {
       raw.emplace_back();
@@ -135,47 +232,96 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
     }
     return raw;
   };
+  // What a take brought: its logprobs join the choice's unsent ones (with echo, the prompt's first).
+  auto collect = [&](Choice& ch) {
+    ch.out = ch.job->take();
+    ch.prompt_logprobs.insert(ch.prompt_logprobs.end(), ch.out.prompt_logprobs.begin(), ch.out.prompt_logprobs.end());
+    if (g.echo && !ch.echoed && (ch.out.done || !ch.out.tokens.empty() || !want_logprobs)) {
+      // The echo goes out once the whole prompt's logprobs are in: before the first token or at the end.
+      ch.echoed = true;
+      ch.text = echo_text + ch.text;
+      if (want_logprobs) {
+        std::vector<LogprobEntry> lead{lpw.first(prompt[0], ch.offset)};
+        for (const auto& lp : ch.prompt_logprobs) lead.push_back(lpw.entry(lp, ch.offset));
+        ch.logprobs.insert(ch.logprobs.begin(), lead.begin(), lead.end());
+      }
+    }
+    ch.text += ch.out.text;
+    ch.tokens.insert(ch.tokens.end(), ch.out.tokens.begin(), ch.out.tokens.end());
+    for (const auto& lp : ch.out.logprobs) ch.logprobs.push_back(lpw.entry(lp, ch.offset));
+  };
   auto cause = [](const JobOutput& o) { return o.finish_reason == "length" ? FinishCause::length : FinishCause::stop; };
-  // request_success_total counts the reason the client is told; the scheduler counted abort/error.
+  // request_success_total counts the reason the client is told (choice 0's); the scheduler counted
+  // abort/error.
   auto count_finish = [&](const JobOutput& o, const std::string& reason) {
     if (o.done && !o.error && o.finish_reason != "abort") s.metrics.request_finished(reason);
+  };
+  // One usage for the request: the prompt once, every choice's tokens.
+  auto total_usage = [&] {
+    Usage u = choices[0].out.usage;
+    Timings t = choices[0].out.timings;
+    for (size_t i = 1; i < choices.size(); ++i) {
+      const JobOutput& o = choices[i].out;
+      u.completion_tokens += o.usage.completion_tokens;
+      u.reasoning_tokens += o.usage.reasoning_tokens;
+      t.predicted_n += o.timings.predicted_n;
+      t.predicted_ms = std::max(t.predicted_ms, o.timings.predicted_ms);
+      t.steps += o.timings.steps;
+      t.draft_tokens += o.timings.draft_tokens;
+      t.accepted_tokens += o.timings.accepted_tokens;
+    }
+    return std::pair{u, t};
   };
   auto wait = [&]() -> net::awaitable<void> {
     signal->expires_after(kPollInterval);
     beast::error_code ec;
     co_await signal->async_wait(net::redirect_error(net::use_awaitable, ec));
   };
+  auto all_done = [&] {
+    return std::all_of(choices.begin(), choices.end(), [](const Choice& ch) { return ch.out.done; });
+  };
 
   if (!g.stream) {
-    std::string text;
-    std::vector<int32_t> tokens;
-    JobOutput out;
     for (;;) {
-      out = job->take();
-      text += out.text;
-      tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
-      if (out.done) break;
+      for (Choice& ch : choices)
+        if (!ch.out.done) collect(ch);
+      if (all_done()) break;
       if (c.peer_closed()) {
-        job->cancel(Job::Cancel::client_gone);
+        cancel_all();
         co_return false;
       }
       co_await wait();
     }
-    if (out.error) throw api_error(*out.error);
+    for (const Choice& ch : choices)
+      if (ch.out.error) {
+        cancel_all();
+        throw api_error(*ch.out.error);
+      }
+    auto [u, t] = total_usage();
     std::string body;
     if (chat) {
-      ChatMessage raw;
-      raw.content = text;
-      std::string reason = out.finish_reason;
-      if (!g.raw_output) {
-        parser.feed(text);
-        reason = parser.finish(cause(out));
+      std::vector<ChatChoice> out;
+      for (Choice& ch : choices) {
+        ChatChoice cc;
+        cc.message.content = ch.text;
+        cc.finish_reason = ch.out.finish_reason;
+        if (!g.raw_output) {
+          ch.parser->feed(ch.text);
+          cc.finish_reason = ch.parser->finish(cause(ch.out));
+          cc.message = ch.parser->message();
+        }
+        cc.logprobs = want_logprobs ? &ch.logprobs : nullptr;
+        out.push_back(std::move(cc));
       }
-      body = chat_response(head, g.raw_output ? raw : parser.message(), reason, out.usage, out.timings);
-      count_finish(out, reason);
+      body = chat_response(head, out, u, t);
+      count_finish(choices[0].out, out[0].finish_reason);
     } else {
-      body = completion_response(head, text, send_tokens ? &tokens : nullptr, out.finish_reason, out.usage, out.timings);
-      count_finish(out, out.finish_reason);
+      std::vector<CompletionChoice> out;
+      for (Choice& ch : choices)
+        out.push_back({ch.text, send_tokens ? &ch.tokens : nullptr, ch.out.finish_reason,
+                       want_logprobs ? &ch.logprobs : nullptr});
+      body = completion_response(head, out, u, t);
+      count_finish(choices[0].out, choices[0].out.finish_reason);
     }
     Reply reply = json_reply(std::move(body));
     co_return co_await c.send(req, reply, request_id);
@@ -185,27 +331,57 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   // Every chunk is built into `event` first: no temporaries inside co_await expressions (GCC 12).
   std::string event;
   bool ok = co_await c.start_sse(req, request_id);
-  if (ok && chat) {
-    event = chat_chunk_role(head, usage_null);
-    ok = co_await c.sse_data(event);
-  }
+  if (chat)
+    for (int i = 0; ok && i < g.n; ++i) {
+      event = chat_chunk_role(head, i, usage_null);
+      ok = co_await c.sse_data(event);
+    }
   auto last_write = Clock::now();
   const auto ping = std::chrono::milliseconds(int64_t(s.options.sse_ping_interval_s * 1000));
-  JobOutput out;
+  // Logprobs go out with the first chunk that shows their text, or with the finish chunk.
+  auto unsent = [&](Choice& ch) { return want_logprobs && !ch.logprobs.empty() ? &ch.logprobs : nullptr; };
+  const RequestError* failed = nullptr;
   while (ok) {
-    out = job->take();
-    if (chat) {
-      for (const ChatDelta& d : parse(out.text)) {
-        event = chat_chunk_delta(head, d, usage_null);
-        if (!(ok = co_await c.sse_data(event))) break;
+    for (int i = 0; ok && i < g.n; ++i) {
+      Choice& ch = choices[size_t(i)];
+      if (ch.out.done) continue;
+      ch.text.clear();
+      ch.tokens.clear();
+      collect(ch);
+      if (ch.out.error) {
+        failed = &*ch.out.error;
+        break;
+      }
+      if (chat) {
+        for (const ChatDelta& d : parse(ch, ch.text)) {
+          event = chat_chunk_delta(head, i, d, unsent(ch), usage_null);
+          ch.logprobs.clear();
+          if (!(ok = co_await c.sse_data(event))) break;
+          last_write = Clock::now();
+        }
+      } else if (!ch.text.empty() || (send_tokens && !ch.tokens.empty()) || unsent(ch)) {
+        event = completion_chunk(head, i, ch.text, send_tokens ? &ch.tokens : nullptr, unsent(ch), nullptr, usage_null);
+        ch.logprobs.clear();
+        ok = co_await c.sse_data(event);
         last_write = Clock::now();
       }
-    } else if (!out.text.empty() || (send_tokens && !out.tokens.empty())) {
-      event = completion_chunk(head, out.text, send_tokens ? &out.tokens : nullptr, nullptr, usage_null);
-      ok = co_await c.sse_data(event);
-      last_write = Clock::now();
+      if (!ok || !ch.out.done || ch.out.finish_reason == "abort") continue;
+      ch.reason = ch.out.finish_reason;
+      if (chat && !g.raw_output) {
+        std::vector<ChatDelta> tail;
+        ch.reason = ch.parser->finish(cause(ch.out), &tail);
+        for (const ChatDelta& d : tail) {
+          event = chat_chunk_delta(head, i, d, unsent(ch), usage_null);
+          ch.logprobs.clear();
+          if (!(ok = co_await c.sse_data(event))) break;
+        }
+      }
+      event = chat ? chat_chunk_finish(head, i, ch.reason, unsent(ch), usage_null)
+                   : completion_chunk(head, i, "", nullptr, unsent(ch), ch.reason.c_str(), usage_null);
+      ch.logprobs.clear();
+      if (ok) ok = co_await c.sse_data(event);
     }
-    if (!ok || out.done) break;
+    if (!ok || failed || all_done()) break;
     if (c.peer_closed()) ok = false;
     else if (ping.count() > 0 && Clock::now() - last_write >= ping) {
       // Keeps proxies and clients from timing out while the request waits for a slot or prefills.
@@ -215,32 +391,25 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
     if (ok) co_await wait();
   }
   if (!ok) {
-    count_finish(out, out.finish_reason);  // the end came, but the client left before reading it
-    job->cancel(Job::Cancel::client_gone);
+    count_finish(choices[0].out, choices[0].out.finish_reason);  // the end came, but the client left before reading it
+    cancel_all();
     co_return false;
   }
-  if (out.error) {
+  if (!failed)
+    for (const Choice& ch : choices)
+      if (ch.out.error) failed = &*ch.out.error;
+  if (failed) {
     // The status line is gone; the error travels as an event and the stream ends without [DONE].
-    event = error_body(api_error(*out.error));
+    cancel_all();
+    event = error_body(api_error(*failed));
     co_await c.sse_data(event);
     co_await c.end_sse();
     co_return false;
   }
-  std::string reason = out.finish_reason;
-  if (chat && !g.raw_output) {
-    std::vector<ChatDelta> tail;
-    reason = parser.finish(cause(out), &tail);
-    for (const ChatDelta& d : tail) {
-      event = chat_chunk_delta(head, d, usage_null);
-      if (!(ok = co_await c.sse_data(event))) break;
-    }
-  }
-  count_finish(out, reason);
-  event = chat ? chat_chunk_finish(head, reason, usage_null)
-               : completion_chunk(head, "", nullptr, reason.c_str(), usage_null);
-  if (ok) ok = co_await c.sse_data(event);
+  count_finish(choices[0].out, choices[0].reason);
   if (ok && g.include_usage) {
-    event = usage_chunk(head, chat, out.usage, out.timings);
+    auto [u, t] = total_usage();
+    event = usage_chunk(head, chat, u, t);
     ok = co_await c.sse_data(event);
   }
   if (ok) ok = co_await c.sse_raw("data: [DONE]\n\n");

@@ -149,6 +149,32 @@ TokenDist sampling_candidates(const float* logits, int64_t vocab, const Sampling
   return sampling_distribution(logits, vocab, p);
 }
 
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int top) {
+  check(vocab > 0 && logits != nullptr, "logprobs: no logits");
+  check(token >= 0 && token < vocab, "logprobs: token ", token, " outside the vocabulary [0, ", vocab, ")");
+  check(top >= 0, "logprobs: top must not be negative, found ", top);
+  double hi = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isnan(logits[i])) fail("logprobs: logit ", i, " is nan");
+    hi = std::max(hi, double(logits[i]));
+  }
+  check(std::isfinite(hi), "logprobs: no finite logit");
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - hi);
+  const double lse = hi + std::log(sum);
+  TokenLogprobs r;
+  r.token = token;
+  r.logprob = double(logits[token]) - lse;
+  const size_t k = size_t(std::min<int64_t>(top, vocab));
+  if (k == 0) return r;
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(i);
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(), before);
+  for (size_t j = 0; j < k; ++j) r.top.emplace_back(ids[j], double(logits[ids[j]]) - lse);
+  return r;
+}
+
 int32_t sample_host(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) {
   validate_sampling(p);
   check_sample_logits(logits, vocab);

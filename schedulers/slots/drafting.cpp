@@ -308,6 +308,7 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
     float* row = s.logits.data() + size_t(i) * size_t(V);
     int32_t tok = 0;
     bool ok = false;
+    if (hooks.observe) hooks.observe(row);
     const bool forced = hooks.forced && hooks.forced(tok);
     if (!forced && hooks.process) hooks.process(row);
     if (i == k) {  // the target's own token after the last accepted draft (the bonus row)

@@ -33,26 +33,35 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     ended_ = !drafted_->step(max_tokens, hooks);
     return !ended_;
   }
+  size_t row_at = 0;  // where the row to decode from starts in logits_
   if (prefilling()) {
     const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
     // A drafted request is made before the prompt runs, so drafters reading hidden states see it.
     if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
     const int64_t pos0 = seq_->pos;
     const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
-    model_.forward_commit(*seq_, part, ForwardMode::Prefill, logits_, false);
+    const bool rows = bool(hooks.prompt_row);
+    model_.forward_commit(*seq_, part, ForwardMode::Prefill, logits_, rows);
     if (drafted_) drafted_->prefilled(pos0, n);
+    const size_t V = size_t(model_.desc().vocab);
+    if (rows)
+      for (size_t i = 0; i < n && prefilled_ + i + 1 < prompt_.size(); ++i)
+        hooks.prompt_row(prefilled_ + i, logits_.data() + i * V);
     prefilled_ += n;
     if (prefilling()) return true;
+    if (rows) row_at = (n - 1) * V;
     if (max_tokens == 0) return !(ended_ = true);
   } else {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
     model_.forward_commit(*seq_, {last_}, ForwardMode::Verify, logits_, false);
   }
   ++steps_;
+  float* row = logits_.data() + row_at;
   int32_t tok = 0;
+  if (hooks.observe) hooks.observe(row);
   if (!(hooks.forced && hooks.forced(tok))) {
-    if (hooks.process) hooks.process(logits_.data());
-    tok = model_.backend().sample(logits_.data(), model_.desc().vocab, sampling_, rng_);
+    if (hooks.process) hooks.process(row);
+    tok = model_.backend().sample(row, model_.desc().vocab, sampling_, rng_);
   }
   last_ = tok;
   const bool first = steps_ == 1;

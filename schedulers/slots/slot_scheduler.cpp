@@ -44,13 +44,19 @@ JobOutput Job::take() {
   return o;
 }
 
-void Job::emit(const std::string& text, int32_t token) {
+void Job::emit(const std::string& text, int32_t token, const TokenLogprobs* logprobs) {
   {
     std::lock_guard lk(mu_);
     out_.text += text;
     out_.tokens.push_back(token);
+    if (logprobs) out_.logprobs.push_back(*logprobs);
   }
   notify();
+}
+
+void Job::emit_prompt(TokenLogprobs logprobs) {
+  std::lock_guard lk(mu_);
+  out_.prompt_logprobs.push_back(std::move(logprobs));
 }
 
 void Job::finish(JobOutput last) {
@@ -76,6 +82,7 @@ struct SlotScheduler::Slot {
   int generated = 0;
   std::unordered_map<int32_t, int> counts;  // generated token → times, for the penalties
   std::vector<bool> in_prompt;              // for repetition_penalty only
+  std::vector<float> row;                   // logprobs: the model's logits of the position being decoded
   Clock::time_point started, first_token, last_token;
 };
 
@@ -122,12 +129,17 @@ SlotScheduler::~SlotScheduler() {
 }
 
 SlotScheduler::Admission SlotScheduler::submit(std::shared_ptr<Job> job) {
+  return submit(std::vector<std::shared_ptr<Job>>{std::move(job)});
+}
+
+SlotScheduler::Admission SlotScheduler::submit(std::vector<std::shared_ptr<Job>> jobs) {
   {
     std::lock_guard lk(mu_);
     if (closed_) return Admission::draining;
     // Capacity is the slots plus the queue; a burst that free slots will take at once is not refused.
-    if (int(queue_.size()) + running_ >= int(slots_.size()) + options_.max_queue) return Admission::queue_full;
-    queue_.push_back(std::move(job));
+    if (int(queue_.size()) + running_ + int(jobs.size()) > int(slots_.size()) + options_.max_queue)
+      return Admission::queue_full;
+    for (auto& j : jobs) queue_.push_back(std::move(j));
   }
   cv_.notify_all();
   return Admission::accepted;
@@ -250,11 +262,18 @@ void SlotScheduler::step(Slot& s) {
   hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
   hooks.process = [&](float* row) { process(s, row); };
   hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
+  const int64_t vocab = model_.desc().vocab;
+  if (j.logprobs >= 0) hooks.observe = [&](const float* row) { s.row.assign(row, row + vocab); };
+  if (j.prompt_logprobs)
+    hooks.prompt_row = [&](size_t i, const float* row) {
+      j.emit_prompt(token_logprobs(row, vocab, j.prompt[i + 1], std::max(j.logprobs, 0)));
+    };
   try {
     if (!s.gen)
       s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
                                            j.params.sampling);
-    s.gen->step(j.max_tokens - s.generated, hooks);
+    // Only the prompt (max_tokens 0) ends with the prefill, before any token.
+    if (!s.gen->step(j.max_tokens - s.generated, hooks) && !reason) reason = "length";
   } catch (const std::exception& e) {
     spdlog::error("request {}: {}", j.request_id, e.what());
     finish(s, "error", RequestError{RequestError::Kind::internal, "internal_error", "",
@@ -298,7 +317,9 @@ const char* SlotScheduler::on_token(Slot& s, int32_t tok, bool forced) {
   bool at_eos = !j.params.ignore_eos && std::find(end_ids_.begin(), end_ids_.end(), tok) != end_ids_.end();
   // EOS is a generated token (usage counts it, `tokens` lists it, as tandem::generate does) but no text.
   std::string text = s.text && !at_eos ? s.text->push(tok) : std::string();
-  j.emit(text, tok);
+  std::optional<TokenLogprobs> lp;
+  if (j.logprobs >= 0) lp = token_logprobs(s.row.data(), model_.desc().vocab, tok, j.logprobs);
+  j.emit(text, tok, lp ? &*lp : nullptr);
   if (s.control) s.control->on_token(tok, forced);
   if (at_eos || (s.text && s.text->stopped()) || (s.control && s.control->done())) return "stop";
   if (s.generated >= j.max_tokens) return "length";

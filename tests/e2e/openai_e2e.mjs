@@ -2,8 +2,11 @@
 // (the tiny chat model, tests/e2e/tiny_chat_model.cpp), waits for /health, runs the checks of
 // spec/server.md §13 that a random-weight model can pass, then SIGTERMs the server and expects
 // exit status 0. Usage: node openai_e2e.mjs --tandem build/bin/tandem --profile build/e2e/tiny-chat.yaml
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 
 function arg(name) {
   const i = process.argv.indexOf(`--${name}`);
@@ -282,6 +285,143 @@ await check('errors: each class with its status and code as the SDK surfaces the
                     OpenAI.BadRequestError, 400, 'context_length_exceeded');
   await expectError(client.chat.completions.create({ model: MODEL, messages: user('hi'), response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'string', pattern: '^a' } } } }),
                     OpenAI.BadRequestError, 400, 'invalid_value');
+});
+
+// ---- logprobs, echo and n, checked against `tandem logits` ----
+
+// log_softmax of every row of `tandem logits` on `ids` ([n][vocab], float64).
+function referenceLogprobs(ids) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tandem-e2e-'));
+  try {
+    fs.writeFileSync(path.join(dir, 'ids.txt'), ids.join(' '));
+    const out = path.join(dir, 'logits.npy');
+    const r = spawnSync(arg('tandem'), ['logits', '--config', arg('profile'), '--threads', '1',
+                                        '--tokens', path.join(dir, 'ids.txt'), '--out', out], { encoding: 'utf8' });
+    assert.equal(r.status, 0, `tandem logits failed: ${r.stderr}`);
+    const buf = fs.readFileSync(out);
+    assert.equal(buf.subarray(0, 6).toString('latin1'), '\x93NUMPY');
+    const major = buf[6];
+    const hlen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
+    const start = (major === 1 ? 10 : 12) + hlen;
+    const header = buf.subarray(major === 1 ? 10 : 12, start).toString('latin1');
+    assert.match(header, /'descr': '<f4'/);
+    const [n, vocab] = header.match(/'shape': \((\d+), (\d+)\)/).slice(1).map(Number);
+    assert.equal(n, ids.length);
+    const data = new Float32Array(buf.buffer.slice(buf.byteOffset + start, buf.byteOffset + start + n * vocab * 4));
+    const rows = [];
+    for (let i = 0; i < n; ++i) {
+      const row = data.subarray(i * vocab, (i + 1) * vocab);
+      let hi = -Infinity;
+      for (const x of row) hi = Math.max(hi, x);
+      let sum = 0;
+      for (const x of row) sum += Math.exp(x - hi);
+      const lse = hi + Math.log(sum);
+      rows.push(Float64Array.from(row, (x) => x - lse));
+    }
+    return rows;
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+const near = (a, b, what) => assert.ok(Math.abs(a - b) <= 1e-4, `${what}: ${a} vs ${b} (tandem logits)`);
+
+const chatPrompt = async (messages) => {
+  const r = await fetch(`${base}/tokenize`, {
+    method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ messages, ...OFF }),
+  });
+  return (await r.json()).tokens;
+};
+
+let scored;  // a completion with echo and logprobs: its ids and its logprobs object
+await check('completions echo + logprobs (lm-eval loglikelihood): every logprob is log_softmax of tandem logits', async () => {
+  const ids = await chatPrompt(user('Count to three.'));
+  const r = await client.completions.create({
+    model: MODEL, prompt: [ids], max_tokens: 6, temperature: 0, logprobs: 2, echo: true, return_tokens: true,
+  });
+  const c = r.choices[0];
+  const lp = c.logprobs;
+  const seq = [...ids, ...c.tokens];
+  assert.equal(lp.tokens.length, seq.length);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.ok(lp.text_offset.at(-1) <= [...c.text].length, 'offsets point into the text, the prompt included');
+  const ref = referenceLogprobs(seq);
+  for (let j = 1; j < seq.length; ++j) {
+    near(lp.token_logprobs[j], ref[j - 1][seq[j]], `token ${j}`);
+    const top = lp.top_logprobs[j];
+    // Up to logprobs + 1 alternatives (the taken token among them); tokens with the same text (control
+    // tokens have none) share one key, as in OpenAI's dicts.
+    assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 3, JSON.stringify(top));
+    assert.ok(Math.max(...Object.values(top)) >= lp.token_logprobs[j]);
+    if (j >= ids.length) assert.equal(lp.token_logprobs[j], Math.max(...Object.values(top)), 'greedy: the taken token is the top one');
+  }
+  for (let j = 1; j < seq.length; ++j) assert.ok(lp.text_offset[j] >= lp.text_offset[j - 1]);
+  scored = { ids, tokens: c.tokens, lp };
+});
+
+await check('chat logprobs + top_logprobs: OpenAI shape, the numbers of the same tokens as a completion', async () => {
+  const messages = user('Count to three.');
+  const r = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3, ...OFF,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  const gen = scored.lp.token_logprobs.slice(scored.ids.length);
+  const ref = referenceLogprobs([...scored.ids, ...scored.tokens]);
+  content.forEach((e, j) => {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob, 'greedy: the first alternative is the taken token');
+    near(e.logprob, ref[scored.ids.length - 1 + j][scored.tokens[j]], `chat token ${j}`);
+    near(e.logprob, gen[j], `chat token ${j} vs the completion`);
+  });
+  // Streamed through the SDK: the chunks' entries join to the same list.
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3, ...OFF, stream: true,
+  });
+  const streamed = [];
+  for await (const ch of stream) for (const c of ch.choices) streamed.push(...(c.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+});
+
+await check('n with a seed: choice i equals a single request with seed + i, streamed per index too', async () => {
+  const body = { model: MODEL, messages: user('Tell a story.'), max_tokens: 12, temperature: 1, top_p: 1, seed: 77, ...OFF };
+  const r = await client.chat.completions.create({ ...body, n: 3, logprobs: true });
+  assert.equal(r.choices.length, 3);
+  let sum = 0;
+  for (let i = 0; i < 3; ++i) {
+    assert.equal(r.choices[i].index, i);
+    const one = await client.chat.completions.create({ ...body, seed: 77 + i, logprobs: true });
+    assert.equal(r.choices[i].message.content, one.choices[0].message.content, `choice ${i}`);
+    assert.deepEqual(r.choices[i].logprobs, one.choices[0].logprobs, `choice ${i} logprobs`);
+    sum += one.usage.completion_tokens;
+  }
+  assert.equal(r.usage.completion_tokens, sum);
+  const texts = ['', '', ''];
+  const stream = await client.chat.completions.create({ ...body, n: 3, stream: true });
+  for await (const ch of stream) for (const c of ch.choices) texts[c.index] += c.delta.content ?? '';
+  assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+  const comp = await client.completions.create({ model: MODEL, prompt: scored.ids, max_tokens: 8, temperature: 1, seed: 5, n: 2 });
+  for (let i = 0; i < 2; ++i) {
+    const one = await client.completions.create({ model: MODEL, prompt: scored.ids, max_tokens: 8, temperature: 1, seed: 5 + i });
+    assert.equal(comp.choices[i].text, one.choices[0].text, `completion choice ${i}`);
+  }
+});
+
+await check('logprobs, top_logprobs, n: bad values are BadRequestError naming the field', async () => {
+  const bad = async (body, param) => {
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: user('hi'), max_tokens: 2, ...body }), (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, e?.message);
+      assert.equal(e.param, param);
+      return true;
+    });
+  };
+  await bad({ top_logprobs: 2 }, 'top_logprobs');
+  await bad({ logprobs: true, top_logprobs: 21 }, 'top_logprobs');
+  await bad({ n: 0 }, 'n');
+  await bad({ n: 99 }, 'n');
 });
 
 // ---- SIGTERM: drain and exit 0 ----

@@ -4,6 +4,7 @@
 // Owner: free functions and a value type. Thread: any. Sync: none.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tandem/backend.h"
@@ -31,6 +32,21 @@ TANDEM_API TokenDist sampling_candidates(const float* logits, int64_t vocab, con
 // Otherwise one rng.uniform() draw, picked by inverse CDF over sampling_candidates(), so that a seed
 // gives the same text on every backend.
 TANDEM_API int32_t sample_host(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng);
+
+// What a response reports for one position: the log-probability of the token taken there and of
+// the `top` most likely ids.
+struct TokenLogprobs {
+  int32_t token = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // logprob descending, id ascending
+};
+
+// log_softmax(logits) in fp64 over the whole vocabulary, of `token` and of the `top` (≥ 0) most
+// likely ids. These are the model's raw logits: temperature, top-k/p, penalties, bias and grammar
+// masks do not change them (OpenAI reports the model's distribution; vLLM's default
+// "raw_logprobs"), so they are the log-softmax of `tandem logits` at that position. A token in the
+// top list carries the same double as `logprob`. Throws on a NaN logit or a token outside [0, vocab).
+TANDEM_API TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int top);
 
 // Speculative sampling of one position: accept `draft` (drawn from q) with probability
 // min(1, p(draft) / q(draft)); otherwise draw from the residual max(0, p − q), normalized.

@@ -3,6 +3,7 @@
 // deterministic drafters, and a G-test of the first three tokens drafted vs the exact distribution.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -70,6 +71,38 @@ TEST(SpeculativeSampling, DistributionEqualsTheCpuSampler) {
 }
 
 // Each case: p, q, draft drawn from q; the emitted token must be distributed as p.
+// The logprobs a response reports: log_softmax in fp64 against a long-double reference, the top
+// list in order (ties by id), the taken token's double shared with its entry, and the errors.
+TEST(TokenLogprobs, LogSoftmaxOfTheRawLogits) {
+  Rng rng(11);
+  std::vector<float> l(300);
+  for (auto& x : l) x = float(rng.uniform() * 40 - 20);
+  l[7] = l[9] = 25.0f;  // a tie at the top: the lower id first
+  long double hi = 25.0L, sum = 0;
+  for (float x : l) sum += std::exp((long double)x - hi);
+  const long double lse = hi + std::log(sum);
+  for (int32_t tok : {0, 7, 123, 299}) {
+    TokenLogprobs r = token_logprobs(l.data(), int64_t(l.size()), tok, 5);
+    EXPECT_EQ(r.token, tok);
+    EXPECT_NEAR(r.logprob, double((long double)l[size_t(tok)] - lse), 1e-12);
+    ASSERT_EQ(r.top.size(), 5u);
+    EXPECT_EQ(r.top[0].first, 7);
+    EXPECT_EQ(r.top[1].first, 9);
+    EXPECT_EQ(r.top[0].second, r.top[1].second);
+    for (size_t j = 1; j < r.top.size(); ++j) EXPECT_GE(r.top[j - 1].second, r.top[j].second);
+    double below = r.top.back().second;
+    for (size_t t = 0; t < l.size(); ++t)
+      if (std::none_of(r.top.begin(), r.top.end(), [&](auto& e) { return e.first == int32_t(t); }))
+        EXPECT_LE(double(l[t]) - double(lse), below + 1e-12);
+    if (tok == 7) EXPECT_EQ(r.logprob, r.top[0].second);
+  }
+  EXPECT_TRUE(token_logprobs(l.data(), 300, 3, 0).top.empty());
+  EXPECT_EQ(token_logprobs(l.data(), 4, 3, 20).top.size(), 4u);
+  EXPECT_THROW(token_logprobs(l.data(), 300, 300, 1), std::exception);
+  l[5] = std::nanf("");
+  EXPECT_THROW(token_logprobs(l.data(), 300, 1, 1), std::exception);
+}
+
 TEST(SpeculativeSampling, AcceptRuleEmitsExactlyP) {
   struct Case {
     TokenDist p, q;

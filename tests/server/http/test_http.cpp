@@ -152,8 +152,8 @@ TEST(Http, ErrorsHaveOpenAIShapeAndStatus) {
                "invalid_value", "max_tokens");
   expect_error(http_request(s.port, "POST", "/v1/completions", R"({"prompt":[1,999]})", auth()), 400, "invalid_value",
                "prompt");
-  expect_error(http_request(s.port, "POST", "/v1/completions", R"({"prompt":[1,2],"n":2})", auth()), 400,
-               "unsupported_parameter", "n");
+  expect_error(http_request(s.port, "POST", "/v1/completions", R"({"prompt":[1,2],"n":0})", auth()), 400,
+               "invalid_value", "n");
   expect_error(http_request(s.port, "POST", "/v1/completions", R"({"prompt":[1,2],"stream_options":{"include_usage":true}})",
                             auth()),
                400, "invalid_value", "stream_options");

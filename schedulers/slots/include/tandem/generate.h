@@ -33,6 +33,12 @@ struct GenerateResult {
 // they keep per token (penalty counts, a grammar matcher) is current for every verified row: a
 // draft is accepted only if it is the token the caller's plain rule picks from that row.
 struct StepHooks {
+  // Optional: sees each decoded position's logits as the model made them, before `forced`, `process`
+  // and the draw (logprobs). Drafted: each verified row, in order, as plain decoding would see it.
+  std::function<void(const float* row)> observe;
+  // Optional: with it, prefill passes keep every position's logits and hand over row i (what follows
+  // prompt token i) for i < prompt size − 1, in order; the last prompt row goes to `observe`.
+  std::function<void(size_t i, const float* row)> prompt_row;
   // Optional: a token forced at this position (a reasoning budget's close); the row is not read.
   std::function<bool(int32_t& token)> forced;
   // Optional: edits this position's logits in place before a token is drawn from them.

@@ -24,6 +24,7 @@
 #include "tandem/drafting.h"
 #include "tandem/model.h"
 #include "tandem/request.h"
+#include "tandem/sampler.h"
 #include "tandem/text/chat_output.h"
 #include "tandem/text/output_rules.h"
 
@@ -40,6 +41,8 @@ using Clock = std::chrono::steady_clock;
 struct JobOutput {
   std::string text;
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;         // Job::logprobs ≥ 0: one per token of `tokens`
+  std::vector<TokenLogprobs> prompt_logprobs;  // Job::prompt_logprobs: prompt tokens 1, 2, … as prefilled
   bool done = false;
   std::string finish_reason;       // stop, length, abort
   std::optional<RequestError> error;  // the request failed after it was queued
@@ -54,8 +57,10 @@ class Job {
   // Inputs, fixed before Scheduler::submit().
   std::string request_id;
   std::vector<int32_t> prompt;
-  int max_tokens = 1;
+  int max_tokens = 1;               // 0: only the prompt runs (prompt_logprobs), finish_reason length
   RequestParams params;
+  int logprobs = -1;                // each generated token's logprob and this many top alternatives; -1 = none
+  bool prompt_logprobs = false;     // the same (Job::logprobs alternatives) for the prompt's tokens 1, 2, …
   bool want_text = false;          // decode text through the codec (needs a tokenizer)
   // Chat only (with want_text): what the engine enforces on the output (decode_control.h).
   bool chat = false;
@@ -70,7 +75,8 @@ class Job {
 
  private:
   friend class SlotScheduler;
-  void emit(const std::string& text, int32_t token);
+  void emit(const std::string& text, int32_t token, const TokenLogprobs* logprobs);
+  void emit_prompt(TokenLogprobs logprobs);
   void finish(JobOutput last);
   void notify() {
     if (wake) wake();
@@ -157,6 +163,8 @@ class SlotScheduler {
   SlotScheduler& operator=(const SlotScheduler&) = delete;
 
   Admission submit(std::shared_ptr<Job> job);
+  // All of `jobs` or none (the n choices of one request): they queue in order.
+  Admission submit(std::vector<std::shared_ptr<Job>> jobs);
   void close();       // refuse new jobs (draining); running and queued ones go on
   void cancel_all();  // end every queued and running job now (after the drain grace period)
   EngineGauges gauges() const;
