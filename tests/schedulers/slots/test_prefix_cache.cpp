@@ -41,18 +41,18 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
 
 // One request run to `max_tokens` greedy tokens (a little temperature on odd seeds, so the sampler's
 // draws are covered too), with every position's logits.
-struct Run {
+struct Outcome {
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;
   size_t restored = 0;
 };
 
-Run run(const std::vector<int32_t>& prompt, int max_tokens, PrefixCache* cache, uint64_t seed = 0) {
+Outcome run(const std::vector<int32_t>& prompt, int max_tokens, PrefixCache* cache, uint64_t seed = 0) {
   SamplingParams sp;
   sp.seed = seed;
   sp.temperature = seed % 2 ? 0.8f : 0.0f;
   Generation gen(model(), nullptr, prompt, 512, kChunk, sp, cache);
-  Run r;
+  Outcome r;
   StepHooks hooks;
   const int V = model().desc().vocab;
   hooks.process = [&](float* row) { r.logits.emplace_back(row, row + V); };
@@ -67,7 +67,7 @@ Run run(const std::vector<int32_t>& prompt, int max_tokens, PrefixCache* cache, 
   return r;
 }
 
-void expect_same(const Run& cold, const Run& warm, const std::string& what) {
+void expect_same(const Outcome& cold, const Outcome& warm, const std::string& what) {
   EXPECT_EQ(cold.tokens, warm.tokens) << what;
   ASSERT_EQ(cold.logits.size(), warm.logits.size()) << what;
   for (size_t i = 0; i < cold.logits.size(); ++i)
@@ -81,15 +81,15 @@ TEST(PrefixCache, RepeatedPromptResumesAndMatchesColdRun) {
   PrefixCache cache(model(), budget(int64_t(1) << 30), kChunk);
   const auto prompt = random_tokens(45, 1);
   for (uint64_t seed : {0u, 3u}) {
-    const Run cold = run(prompt, 10, nullptr, seed);
+    const Outcome cold = run(prompt, 10, nullptr, seed);
     PrefixCache fresh(model(), budget(int64_t(1) << 30), kChunk);
-    const Run first = run(prompt, 10, &fresh, seed);
+    const Outcome first = run(prompt, 10, &fresh, seed);
     EXPECT_EQ(first.restored, 0u);
     // Checkpoints at 8, 16, …, 40 and at the prompt's end (45, with its logits).
     EXPECT_EQ(fresh.entries(), 6);
     expect_same(cold, first, "first run, seed " + std::to_string(seed));
     // The same prompt again: the end checkpoint, no prefill pass at all.
-    const Run again = run(prompt, 10, &fresh, seed);
+    const Outcome again = run(prompt, 10, &fresh, seed);
     EXPECT_EQ(again.restored, prompt.size());
     expect_same(cold, again, "repeated prompt, seed " + std::to_string(seed));
     EXPECT_EQ(fresh.entries(), 6);  // nothing new to store
@@ -98,7 +98,7 @@ TEST(PrefixCache, RepeatedPromptResumesAndMatchesColdRun) {
   run(prompt, 2, &cache);
   auto longer = prompt;
   for (int32_t t : random_tokens(14, 2)) longer.push_back(t);
-  const Run warm = run(longer, 6, &cache);
+  const Outcome warm = run(longer, 6, &cache);
   EXPECT_EQ(warm.restored, 40u);
   expect_same(run(longer, 6, nullptr), warm, "extended prompt");
   // A prompt that differs inside the first block finds nothing.
@@ -118,7 +118,7 @@ TEST(PrefixCache, ConversationReadsOnlyTheNewTokens) {
   size_t previous = 0;
   int64_t read = 0, total = 0;
   for (int turn = 0; turn < 10; ++turn) {
-    const Run warm = run(prompt, 6, &cache);
+    const Outcome warm = run(prompt, 6, &cache);
     const size_t expect_restored = previous / kChunk * kChunk;
     EXPECT_EQ(warm.restored, expect_restored) << "turn " << turn;
     const size_t prefilled = prompt.size() - warm.restored;
