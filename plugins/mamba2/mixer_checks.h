@@ -48,6 +48,10 @@ S& state_as(LayerState& state, const Dims& dm, const char* what, const char* mad
   check_state_dims(st->dims(), dm, what);
   return *st;
 }
+template <class S>
+const S& state_as(const LayerState& state, const Dims& dm, const char* what, const char* made_by) {
+  return state_as<S>(const_cast<LayerState&>(state), dm, what, made_by);
+}
 
 // Mixer::snapshot / restore: a state with no pending pass, at the position asked for.
 inline void check_copy(const char* what, bool pending, int64_t committed, int64_t pos) {

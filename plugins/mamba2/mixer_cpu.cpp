@@ -60,7 +60,7 @@ std::unique_ptr<LayerState> Mamba2Mixer::new_state(int64_t max_tokens) const {
 }
 
 std::unique_ptr<LayerState> Mamba2Mixer::snapshot(const LayerState& state, int64_t pos) const {
-  const Mamba2State& st = state_of(const_cast<LayerState&>(state), "snapshot");
+  const auto& st = state_as<Mamba2State>(state, dm_, "snapshot", "Mamba2 mixer");
   check_copy("snapshot", st.pending(), st.pos_, pos);
   auto c = std::make_unique<Mamba2State>(dm_);
   c->pos_ = st.pos_;
@@ -70,7 +70,7 @@ std::unique_ptr<LayerState> Mamba2Mixer::snapshot(const LayerState& state, int64
 }
 
 void Mamba2Mixer::restore(const LayerState& snapshot, LayerState& state, int64_t pos) const {
-  const Mamba2State& c = state_of(const_cast<LayerState&>(snapshot), "restore");
+  const auto& c = state_as<Mamba2State>(snapshot, dm_, "restore", "Mamba2 mixer");
   Mamba2State& st = state_of(state, "restore");
   check_copy("restore", c.pending(), c.pos_, pos);
   check(!st.pending(), "mamba2 restore: the target state has a forward pass that is not committed yet");

@@ -154,7 +154,7 @@ const Mamba2CudaCopy& copy_of(const LayerState& s, const Dims& dm) {
 }  // namespace
 
 std::unique_ptr<LayerState> Mamba2CudaMixer::snapshot(const LayerState& state, int64_t pos) const {
-  Mamba2CudaState& st = state_of(const_cast<LayerState&>(state), "snapshot");
+  const auto& st = state_as<Mamba2CudaState>(state, dm_, "snapshot", "Mamba2 CUDA mixer");
   check_copy("snapshot", st.pending(), st.pos_, pos);
   auto c = std::make_unique<Mamba2CudaCopy>();
   c->dm = dm_;
