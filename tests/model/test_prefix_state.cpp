@@ -12,8 +12,8 @@
 #include "synth_checkpoint.h"
 #include "synth_model.h"
 #include "tandem/model.h"
-#include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 #ifndef TANDEM_PREFIX_DEVICE
 #define TANDEM_PREFIX_DEVICE "cpu"
@@ -21,15 +21,6 @@
 
 namespace tandem::test {
 namespace {
-
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
 
 std::unique_ptr<Model> load(synth::Mix mix) {
   auto ck = std::make_unique<synth::SynthCheckpoint>(synth::make_plan(synth::model_shape("tiny"), mix), 11,

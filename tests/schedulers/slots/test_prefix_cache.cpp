@@ -11,21 +11,19 @@
 #include "synth_model.h"
 #include "tandem/generation.h"
 #include "tandem/prefix_cache.h"
-#include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::test {
 namespace {
 
 Model& model() {
   static std::unique_ptr<Model> m = [] {
-    static PluginRegistry reg;
-    reg.load_directory(plugin_dir());
     auto ck = std::make_unique<synth::SynthCheckpoint>(synth::make_plan(synth::model_shape("tiny"), synth::Mix::Bf16),
                                                        5, "synth:tiny/bf16");
     LoadOptions o;
     o.device = "cpu";
-    return Model::load(std::move(ck), "synth bf16", o, reg);
+    return Model::load(std::move(ck), "synth bf16", o, registry());
   }();
   return *m;
 }

@@ -34,16 +34,19 @@ double metric_of(uint16_t port, const std::string& name) {
   return metric(http_request(port, "GET", "/metrics").body, "tandem:" + name + kLabel);
 }
 
+// One slot, prefill chunks of kChunk, a prefix cache of `bytes` (0 = off); ready to serve.
+std::unique_ptr<server::HttpServer> start(int64_t bytes) {
+  auto o = tiny_options(1);
+  o.scheduler.prefill_chunk = kChunk;
+  o.scheduler.prefix_cache.bytes = bytes;
+  auto s = start_server(o);
+  wait_ready(s->port());
+  return s;
+}
+
 // The reference: the same server with the prefix cache off.
 std::vector<int32_t> cold_tokens(const std::vector<int32_t>& prompt, int max_tokens) {
-  static std::unique_ptr<server::HttpServer> srv = [] {
-    auto o = tiny_options(1);
-    o.scheduler.prefill_chunk = kChunk;
-    o.scheduler.prefix_cache.bytes = 0;
-    auto s = start_server(o);
-    wait_ready(s->port());
-    return s;
-  }();
+  static std::unique_ptr<server::HttpServer> srv = start(0);
   const Answer a = complete(srv->port(), prompt, max_tokens);
   EXPECT_EQ(a.cached, 0);
   EXPECT_EQ(a.prompt_n, int64_t(prompt.size()));
@@ -58,11 +61,8 @@ std::vector<int32_t> prompt_of(size_t n, int32_t salt) {
 }
 
 TEST(HttpPrefix, RepeatedPromptReusesItsPrefix) {
-  auto o = tiny_options(1);
-  o.scheduler.prefill_chunk = kChunk;
-  auto srv = start_server(o);
+  auto srv = start(kDefaultPrefixCacheBytes);
   const uint16_t port = srv->port();
-  wait_ready(port);
   const auto prompt = prompt_of(43, 1);
   const auto want = cold_tokens(prompt, 12);
 
@@ -97,11 +97,8 @@ TEST(HttpPrefix, RepeatedPromptReusesItsPrefix) {
 }
 
 TEST(HttpPrefix, ConversationReadsOnlyNewTokens) {
-  auto o = tiny_options(1);
-  o.scheduler.prefill_chunk = kChunk;
-  auto srv = start_server(o);
+  auto srv = start(kDefaultPrefixCacheBytes);
   const uint16_t port = srv->port();
-  wait_ready(port);
   std::vector<int32_t> prompt = prompt_of(20, 2);
   size_t previous = 0;
   for (int turn = 0; turn < 10; ++turn) {
@@ -118,12 +115,8 @@ TEST(HttpPrefix, ConversationReadsOnlyNewTokens) {
 }
 
 TEST(HttpPrefix, OffKeepsNothing) {
-  auto o = tiny_options(1);
-  o.scheduler.prefill_chunk = kChunk;
-  o.scheduler.prefix_cache.bytes = 0;
-  auto srv = start_server(o);
+  auto srv = start(0);
   const uint16_t port = srv->port();
-  wait_ready(port);
   const auto prompt = prompt_of(30, 3);
   complete(port, prompt, 4);
   const Answer again = complete(port, prompt, 4);
