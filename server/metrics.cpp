@@ -106,6 +106,14 @@ void Metrics::tokens(int64_t prompt, int64_t generated) {
   generation_tokens_ += uint64_t(generated);
 }
 
+void Metrics::prefix_cache(int64_t prompt, int64_t reused) {
+  std::lock_guard lk(mu_);
+  prefix_queries_ += uint64_t(prompt);
+  prefix_hits_ += uint64_t(reused);
+  ++prefix_requests_;
+  if (reused > 0) ++prefix_hit_requests_;
+}
+
 void Metrics::time_to_first_token(double s) {
   std::lock_guard lk(mu_);
   ttft_.observe(s);
@@ -204,6 +212,10 @@ std::string Metrics::render(const EngineGauges& g) const {
     head(o, name, "counter", help);
     o += name + "{" + m + "} " + std::to_string(v) + "\n";
   };
+  auto int_gauge = [&](const std::string& name, const char* help, int64_t v) {
+    head(o, name, "gauge", help);
+    o += name + "{" + m + "} " + std::to_string(v) + "\n";
+  };
   auto labelled = [&](const std::string& name, const char* help, const char* key,
                       const std::map<std::string, uint64_t>& values) {
     head(o, name, "counter", help);
@@ -216,6 +228,15 @@ std::string Metrics::render(const EngineGauges& g) const {
   gauge("tandem:num_slots", "Configured slots.", g.slots);
   counter("tandem:prompt_tokens_total", "Prompt tokens prefilled.", prompt_tokens_);
   counter("tandem:generation_tokens_total", "Tokens generated.", generation_tokens_);
+  // vLLM's pair counts tokens (queried, restored); tandem adds requests and what the cache holds.
+  counter("tandem:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", prefix_queries_);
+  counter("tandem:prefix_cache_hits_total", "Prompt tokens restored from prefix checkpoints (not prefilled).",
+          prefix_hits_);
+  counter("tandem:prefix_cache_requests_total", "Requests that looked up the prefix cache.", prefix_requests_);
+  counter("tandem:prefix_cache_hit_requests_total", "Requests that resumed from a prefix checkpoint.",
+          prefix_hit_requests_);
+  int_gauge("tandem:prefix_cache_bytes", "Bytes held by prefix checkpoints.", g.prefix_cache_bytes);
+  int_gauge("tandem:prefix_cache_entries", "Prefix checkpoints held.", g.prefix_cache_entries);
   labelled("tandem:request_success_total", "Finished generation requests by finish reason.", "finished_reason",
            finished_);
   labelled("tandem:requests_refused_total", "Requests refused before they were queued.", "reason", refused_);

@@ -41,6 +41,7 @@ class Metrics : public SchedulerEvents {
   void finished(const std::string& reason) override;
   void request_finished(const std::string& reason);                 // stop, length, tool_calls
   void tokens(int64_t prompt, int64_t generated) override;
+  void prefix_cache(int64_t prompt, int64_t reused) override;
   void time_to_first_token(double s) override;
   void inter_token_latency(double s) override;
   void request_latencies(double e2e, double queue, double prefill, double decode) override;
@@ -61,6 +62,7 @@ class Metrics : public SchedulerEvents {
   std::map<int, uint64_t> http_;
   std::map<std::string, uint64_t> refused_, finished_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0, prefix_requests_ = 0, prefix_hit_requests_ = 0;
   DraftMetrics spec_;                  // summed over drafted requests
   uint64_t spec_requests_ = 0;
   std::vector<double> verify_costs_;

@@ -86,7 +86,7 @@ void usage(JsonWriter& w, const Usage& u) {
   key(w, "completion_tokens"), w.Int64(u.completion_tokens);
   key(w, "total_tokens"), w.Int64(u.prompt_tokens + u.completion_tokens);
   key(w, "prompt_tokens_details");
-  w.StartObject(), key(w, "cached_tokens"), w.Int(0), w.EndObject();
+  w.StartObject(), key(w, "cached_tokens"), w.Int64(u.cached_tokens), w.EndObject();
   key(w, "completion_tokens_details");
   w.StartObject(), key(w, "reasoning_tokens"), w.Int64(u.reasoning_tokens), w.EndObject();
   w.EndObject();
@@ -102,7 +102,7 @@ void timings(JsonWriter& w, const Timings& t) {
   key(w, "predicted_n"), w.Int64(t.predicted_n);
   key(w, "predicted_ms"), w.Double(t.predicted_ms);
   key(w, "predicted_per_second"), w.Double(per_s(t.predicted_n, t.predicted_ms));
-  key(w, "cache_n"), w.Int(0);
+  key(w, "cache_n"), w.Int64(t.cache_n);
   key(w, "steps"), w.Int64(t.steps);
   key(w, "tokens_per_step"), w.Double(t.steps ? double(t.predicted_n) / double(t.steps) : 0.0);
   key(w, "draft_tokens"), w.Int64(t.draft_tokens);

@@ -90,8 +90,38 @@ class Attention : public Mixer {
     o_->matmul(a, out);
   }
   void commit(LayerState&, const ForwardInfo&, int) override {}
+  // A snapshot is a KVState of `pos` rows; only the committed rows are copied.
+  std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override {
+    const auto& s = kv_of(state, pos, "snapshot");
+    auto c = std::make_unique<KVState>();
+    c->capacity = pos;
+    c->k = be_.alloc(std::max<size_t>(size_t(pos) * row_bytes(), 64));
+    c->v = be_.alloc(std::max<size_t>(size_t(pos) * row_bytes(), 64));
+    copy_rows(s, *c, pos);
+    return c;
+  }
+  void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override {
+    const auto& c = kv_of(snapshot, pos, "restore");
+    kv_of(state, pos, "restore");
+    auto& s = static_cast<KVState&>(state);
+    copy_rows(c, s, pos);
+  }
 
  private:
+  size_t row_bytes() const { return size_t(d_.n_kv_heads) * d_.head_dim * sizeof(float); }
+  static const KVState& kv_of(const LayerState& state, int64_t pos, const char* what) {
+    const auto* s = dynamic_cast<const KVState*>(&state);
+    check(s != nullptr, "attention ", what, ": the state was not made by an attention mixer");
+    check(pos >= 0 && pos <= s->capacity, "attention ", what, ": ", pos, " tokens, the state holds ", s->capacity);
+    return *s;
+  }
+  void copy_rows(const KVState& from, KVState& to, int64_t pos) const {
+    if (pos == 0) return;
+    const int64_t cols = int64_t(d_.n_kv_heads) * d_.head_dim;
+    be_.copy(Tensor(from.k->data(), DType::F32, pos, cols), Tensor(to.k->data(), DType::F32, pos, cols));
+    be_.copy(Tensor(from.v->data(), DType::F32, pos, cols), Tensor(to.v->data(), DType::F32, pos, cols));
+  }
+
   AttentionDesc d_;
   Backend& be_;
   const int64_t* pos0_device_;
@@ -103,6 +133,17 @@ class Attention : public Mixer {
 
 struct NoState : LayerState {
   size_t bytes() const override { return 0; }
+};
+
+// Mixers without per-sequence state (MoE, MLP): a snapshot holds nothing.
+class Stateless : public Mixer {
+ public:
+  std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
+  void commit(LayerState&, const ForwardInfo&, int) override {}
+  std::unique_ptr<LayerState> snapshot(const LayerState&, int64_t) const override {
+    return std::make_unique<NoState>();
+  }
+  void restore(const LayerState&, LayerState&, int64_t) const override {}
 };
 
 // down·relu²(up·x), relu²(up·x) in the ffn_mid slot.
@@ -118,7 +159,7 @@ struct Ffn {
   }
 };
 
-class MoE : public Mixer {
+class MoE : public Stateless {
  public:
   MoE(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& s)
       : d_(d), hidden_(hidden), be_(be), s_(s) {
@@ -153,7 +194,6 @@ class MoE : public Mixer {
     s.moe_hidden.fit(int64_t(d.top_k) * d.width), s.moe_expert_out.fit(int64_t(d.top_k) * in);
     if (shared_.up) s.moe_shared.fit(hidden), s.ffn_mid.fit(d.shared_width);
   }
-  std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
 
   // Every (token, slot) runs its expert as one row of a gathered matmul; each token then sums its k
   // outputs in slot order (moe_combine), so a token's result does not depend on the batch.
@@ -209,7 +249,6 @@ class MoE : public Mixer {
     lanes.join();
     if (shared_.up && !shared_into_out) be_.add(out, s, out);
   }
-  void commit(LayerState&, const ForwardInfo&, int) override {}
 
  private:
   MoEDesc d_;
@@ -225,18 +264,16 @@ class MoE : public Mixer {
 
 // ---- dense MLP ----
 
-class Mlp : public Mixer {
+class Mlp : public Stateless {
  public:
   Mlp(const MLPDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& s) : be_(be), s_(s) {
     ffn_.up = w.tensor("up_proj", {d.width, hidden});
     ffn_.down = w.tensor("down_proj", {hidden, d.width});
     s.ffn_mid.fit(d.width);
   }
-  std::unique_ptr<LayerState> new_state(int64_t) const override { return std::make_unique<NoState>(); }
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
     ffn_.run(be_, s_, x, out);
   }
-  void commit(LayerState&, const ForwardInfo&, int) override {}
 
  private:
   Backend& be_;

@@ -573,6 +573,33 @@ void Model::set_graphs(bool on) {
 
 const GraphStats& Model::graph_stats() const { return impl_->graph_stats; }
 
+size_t SequenceSnapshot::bytes() const {
+  size_t b = 0;
+  for (const auto& s : states) b += s->bytes();
+  return b;
+}
+
+std::unique_ptr<SequenceSnapshot> Model::snapshot(const Sequence& seq) const {
+  check(!seq.pending, "snapshot: a forward pass of ", seq.last.n, " tokens is not committed yet");
+  check(seq.states.size() == impl_->mixers.size(), "snapshot: the sequence has ", seq.states.size(),
+        " layer states, the model ", impl_->mixers.size(), " layers");
+  auto snap = std::make_unique<SequenceSnapshot>();
+  snap->pos = seq.pos;
+  for (size_t i = 0; i < impl_->mixers.size(); ++i) snap->states.push_back(impl_->mixers[i]->snapshot(*seq.states[i], seq.pos));
+  return snap;
+}
+
+void Model::restore(const SequenceSnapshot& snap, Sequence& seq) const {
+  check(!seq.pending, "restore: a forward pass of ", seq.last.n, " tokens is not committed yet");
+  check(snap.states.size() == impl_->mixers.size() && seq.states.size() == impl_->mixers.size(), "restore: the snapshot has ",
+        snap.states.size(), " and the sequence ", seq.states.size(), " layer states, the model ", impl_->mixers.size(),
+        " layers");
+  check(snap.pos <= seq.capacity, "restore: a snapshot of ", snap.pos, " tokens exceeds the context window of ",
+        seq.capacity);
+  for (size_t i = 0; i < impl_->mixers.size(); ++i) impl_->mixers[i]->restore(*snap.states[i], *seq.states[i], snap.pos);
+  seq.pos = snap.pos;
+}
+
 void Model::commit(Sequence& seq, int n_accepted) {
   check(seq.pending, "commit: no forward pass to commit");
   check(n_accepted >= 0 && n_accepted <= seq.last.n, "commit: ", n_accepted, " tokens accepted, the last pass had ",

@@ -110,7 +110,7 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.only({"host", "port", "api_key", "api_key_file", "metrics_key", "served_model_name", "aliases", "slots",
           "max_queue", "queue_timeout", "max_body_bytes", "default_max_tokens", "prefill_chunk", "drain_timeout",
           "sse_ping_interval", "strict_fields", "reasoning_budget", "reasoning_budget_message", "reasoning_effort",
-          "special_tokens_in_user_content"});
+          "special_tokens_in_user_content", "prefix_cache_bytes", "prefix_cache_every"});
   n.get("host", s.host, "an IP address");
   n.get("port", s.port, "an integer");
   n.strings("api_key", s.api_keys);
@@ -124,6 +124,8 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.get("max_body_bytes", s.max_body_bytes, "an integer");
   n.get("default_max_tokens", s.default_max_tokens, "an integer");
   n.get("prefill_chunk", s.prefill_chunk, "an integer");
+  n.get("prefix_cache_bytes", s.prefix_cache_bytes, "an integer number of bytes");
+  n.get("prefix_cache_every", s.prefix_cache_every, "an integer number of tokens");
   n.get("drain_timeout", s.drain_timeout, "a number of seconds");
   n.get("sse_ping_interval", s.sse_ping_interval, "a number of seconds");
   n.get("strict_fields", s.strict_fields, "true or false");
@@ -141,6 +143,15 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   at_least("prefill_chunk", s.prefill_chunk, 1);
   at_least("max_body_bytes", s.max_body_bytes, 1024);
   at_least("reasoning_budget", s.reasoning_budget, -1);
+  at_least("prefix_cache_bytes", s.prefix_cache_bytes, 0);
+  at_least("prefix_cache_every", s.prefix_cache_every, 0);
+  // Checkpoints sit where prefill passes split (the prefill chunk's multiples), or no restored
+  // request could compute a cold run's bits.
+  // request could compute a cold run's bits. (Without prefill_chunk here, `tandem serve` checks it
+  // against the chunk it runs with.)
+  if (s.prefix_cache_every && s.prefill_chunk && *s.prefill_chunk >= 1)
+    check(*s.prefix_cache_every % *s.prefill_chunk == 0, source, ": key 'server.prefix_cache_every' must be a multiple ",
+          "of server.prefill_chunk (", *s.prefill_chunk, "), found ", *s.prefix_cache_every);
   for (auto [k, v] : {std::pair{"queue_timeout", s.queue_timeout}, {"drain_timeout", s.drain_timeout},
                       {"sse_ping_interval", s.sse_ping_interval}})
     if (v) check(*v >= 0, source, ": key 'server.", k, "' must be non-negative, found ", *v);

@@ -48,6 +48,17 @@ S& state_as(LayerState& state, const Dims& dm, const char* what, const char* mad
   check_state_dims(st->dims(), dm, what);
   return *st;
 }
+template <class S>
+const S& state_as(const LayerState& state, const Dims& dm, const char* what, const char* made_by) {
+  return state_as<S>(const_cast<LayerState&>(state), dm, what, made_by);
+}
+
+// Mixer::snapshot / restore: a state with no pending pass, at the position asked for.
+inline void check_copy(const char* what, bool pending, int64_t committed, int64_t pos) {
+  check(!pending, "mamba2 ", what, ": a forward pass is not committed yet");
+  check(committed == pos, "mamba2 ", what, ": asked at position ", pos, " but the state holds ", committed,
+        " committed tokens");
+}
 
 // The pass a state holds between forward() and commit(), in both mixers: forward() drops the last
 // one (a forward without commit is replaced) and records its own; commit() checks `last` against it.

@@ -59,6 +59,26 @@ std::unique_ptr<LayerState> Mamba2Mixer::new_state(int64_t max_tokens) const {
   return std::make_unique<Mamba2State>(dm_);
 }
 
+std::unique_ptr<LayerState> Mamba2Mixer::snapshot(const LayerState& state, int64_t pos) const {
+  const auto& st = state_as<Mamba2State>(state, dm_, "snapshot", "Mamba2 mixer");
+  check_copy("snapshot", st.pending(), st.pos_, pos);
+  auto c = std::make_unique<Mamba2State>(dm_);
+  c->pos_ = st.pos_;
+  c->conv_ = st.conv_;
+  c->ssm_ = st.ssm_;
+  return c;
+}
+
+void Mamba2Mixer::restore(const LayerState& snapshot, LayerState& state, int64_t pos) const {
+  const auto& c = state_as<Mamba2State>(snapshot, dm_, "restore", "Mamba2 mixer");
+  Mamba2State& st = state_of(state, "restore");
+  check_copy("restore", c.pending(), c.pos_, pos);
+  check(!st.pending(), "mamba2 restore: the target state has a forward pass that is not committed yet");
+  st.conv_ = c.conv_;
+  st.ssm_ = c.ssm_;
+  st.pos_ = c.pos_;
+}
+
 Mamba2State& Mamba2Mixer::state_of(LayerState& state, const char* what) const {
   return state_as<Mamba2State>(state, dm_, what, "Mamba2 mixer");
 }

@@ -50,6 +50,9 @@ class Mamba2Mixer : public Mixer {
   std::unique_ptr<LayerState> new_state(int64_t max_tokens) const override;
   void forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) override;
   void commit(LayerState& state, const ForwardInfo& last, int n_accepted) override;
+  // A snapshot is a Mamba2State holding the committed window and SSM state only (no pending pass).
+  std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override;
+  void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override;
 
   const Dims& dims() const { return dm_; }
   const Mamba2Weights& weights() const { return w_; }

@@ -127,6 +127,56 @@ std::unique_ptr<LayerState> Mamba2CudaMixer::new_state(int64_t max_tokens) const
   return std::make_unique<Mamba2CudaState>(dm_, backend_);
 }
 
+namespace {
+
+// Mamba2CudaMixer::snapshot: the committed window [conv_dim, K−1] and SSM state [nh, P, N] (f32).
+struct Mamba2CudaCopy : LayerState {
+  Dims dm;
+  int64_t pos = 0;
+  std::unique_ptr<Buffer> conv, ssm;
+  size_t bytes() const override { return conv->bytes() + ssm->bytes(); }
+};
+
+int64_t conv_floats(const Dims& dm) { return dm.conv_dim * (dm.K - 1); }
+int64_t ssm_floats(const Dims& dm) { return int64_t(dm.nh) * dm.P * dm.N; }
+
+void copy_floats(Backend& be, const Buffer& from, Buffer& to, int64_t floats) {
+  be.copy(Tensor(const_cast<Buffer&>(from).data(), DType::F32, 1, floats), Tensor(to.data(), DType::F32, 1, floats));
+}
+
+const Mamba2CudaCopy& copy_of(const LayerState& s, const Dims& dm) {
+  const auto* c = dynamic_cast<const Mamba2CudaCopy*>(&s);
+  check(c != nullptr, "mamba2 restore: the snapshot was not made by a Mamba2 CUDA mixer");
+  check_state_dims(c->dm, dm, "restore");
+  return *c;
+}
+
+}  // namespace
+
+std::unique_ptr<LayerState> Mamba2CudaMixer::snapshot(const LayerState& state, int64_t pos) const {
+  const auto& st = state_as<Mamba2CudaState>(state, dm_, "snapshot", "Mamba2 CUDA mixer");
+  check_copy("snapshot", st.pending(), st.pos_, pos);
+  auto c = std::make_unique<Mamba2CudaCopy>();
+  c->dm = dm_;
+  c->pos = st.pos_;
+  c->conv = backend_.alloc(size_t(conv_floats(dm_)) * sizeof(float));
+  c->ssm = backend_.alloc(size_t(ssm_floats(dm_)) * sizeof(float));
+  copy_floats(backend_, *st.conv_, *c->conv, conv_floats(dm_));
+  copy_floats(backend_, *st.ssm_, *c->ssm, ssm_floats(dm_));
+  return c;
+}
+
+void Mamba2CudaMixer::restore(const LayerState& snapshot, LayerState& state, int64_t pos) const {
+  const Mamba2CudaCopy& c = copy_of(snapshot, dm_);
+  Mamba2CudaState& st = state_of(state, "restore");
+  check_copy("restore", false, c.pos, pos);
+  check(!st.pending(), "mamba2 restore: the target state has a forward pass that is not committed yet");
+  // conv_ and ssm_ are the committed halves of their pairs, the ones sel_ names.
+  copy_floats(backend_, *c.conv, *st.conv_, conv_floats(dm_));
+  copy_floats(backend_, *c.ssm, *st.ssm_, ssm_floats(dm_));
+  st.pos_ = c.pos;
+}
+
 Mamba2CudaState& Mamba2CudaMixer::state_of(LayerState& state, const char* what) const {
   return state_as<Mamba2CudaState>(state, dm_, what, "Mamba2 CUDA mixer");
 }

@@ -74,6 +74,10 @@ class Mamba2CudaMixer : public Mixer {
   std::unique_ptr<LayerState> new_state(int64_t max_tokens) const override;
   void forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) override;
   void commit(LayerState& state, const ForwardInfo& last, int n_accepted) override;
+  // A snapshot holds the committed window and SSM state only (device memory); restore() copies them
+  // into the committed buffers, so the selectors and recorded graphs of the state stay valid.
+  std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override;
+  void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override;
 
   const Dims& dims() const { return dm_; }
   // Tests: fills the shared scratch (y, z, normed) with NaN, so a pass that leaves any entry unwritten

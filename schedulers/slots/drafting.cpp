@@ -216,6 +216,16 @@ void DraftedRequest::prefilled(int64_t pos0, size_t n) {
     if (!s.im.slots[d].layers.empty()) s.specs[d]->observe_prompt(s.hidden(d, pos0, int64_t(n)));
 }
 
+bool DraftedRequest::restored(size_t n) {
+  State& s = *st_;
+  check(s.prefilled == 0 && !s.started, "drafted request: restored() after ", s.prefilled, " prompt tokens were prefilled");
+  check(n >= 1 && n <= s.prompt.size(), "drafted request: ", n, " tokens restored of a prompt of ", s.prompt.size());
+  for (const auto& slot : s.im.slots)
+    if (!slot.layers.empty()) return false;
+  s.prefilled = n;
+  return true;
+}
+
 void DraftedRequest::start(int32_t first) {
   State& s = *st_;
   check(!s.started, "drafted request: start() twice");

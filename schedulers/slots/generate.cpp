@@ -9,11 +9,14 @@
 namespace tandem {
 
 Generation::Generation(Model& model, Drafting* drafting, std::vector<int32_t> prompt, int64_t context,
-                       int prefill_chunk, const SamplingParams& sampling)
+                       int prefill_chunk, const SamplingParams& sampling, PrefixCache* prefix_cache)
     : model_(model), drafting_(drafting), prompt_(std::move(prompt)), context_(context),
-      chunk_(prefill_chunk > 0 ? size_t(prefill_chunk) : prompt_.size()), sampling_(sampling), rng_(sampling.seed) {
+      chunk_(prefill_chunk > 0 ? size_t(prefill_chunk) : prompt_.size()), sampling_(sampling), rng_(sampling.seed),
+      cache_(prefix_cache) {
   check(!prompt_.empty(), "generate: the prompt is empty");
   check(prefill_chunk >= 0, "generate: the prefill chunk must not be negative, found ", prefill_chunk);
+  check(!cache_ || cache_->chunk() == prefill_chunk, "generate: the prefix cache's checkpoints sit on a grid of ",
+        cache_ ? cache_->chunk() : 0, " tokens, the prefill chunk is ", prefill_chunk);
   // The state is allocated here, not in the first step: a prefill's time is its passes alone.
   seq_ = model_.new_sequence(context_);
 }
@@ -34,10 +37,22 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     return !ended_;
   }
   size_t row_at = 0;  // where the row to decode from starts in logits_
+  // A drafted request is made before the prompt runs, so drafters reading hidden states see it.
+  if (prefilling() && drafting_ && !drafted_)
+    drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
+  bool from_cache = false;  // the whole prompt came from a checkpoint that kept its logits
+  // Echo with logprobs needs every prompt row's logits, which a checkpoint does not keep.
+  if (cache_ && !looked_up_ && !hooks.prompt_row) {
+    looked_up_ = true;
+    const PrefixCache::Hit hit = cache_->find(prompt_);
+    if (hit.snapshot && (!drafted_ || drafted_->restored(size_t(hit.tokens)))) {
+      model_.restore(*hit.snapshot, *seq_);
+      prefilled_ = restored_ = size_t(hit.tokens);
+      if (hit.logits) logits_ = *hit.logits, from_cache = true;
+    }
+  }
   if (prefilling()) {
     const size_t n = std::min(chunk_, prompt_.size() - prefilled_);
-    // A drafted request is made before the prompt runs, so drafters reading hidden states see it.
-    if (drafting_ && !drafted_) drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
     const int64_t pos0 = seq_->pos;
     const std::vector<int32_t> part(prompt_.begin() + long(prefilled_), prompt_.begin() + long(prefilled_ + n));
     const bool rows = bool(hooks.prompt_row);
@@ -48,8 +63,11 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
       for (size_t i = 0; i < n && prefilled_ + i + 1 < prompt_.size(); ++i)
         hooks.prompt_row(prefilled_ + i, logits_.data() + i * V);
     prefilled_ += n;
+    if (cache_ && !rows) cache_->offer(*seq_, prompt_, logits_);
     if (prefilling()) return true;
     if (rows) row_at = (n - 1) * V;
+    if (max_tokens == 0) return !(ended_ = true);
+  } else if (from_cache) {
     if (max_tokens == 0) return !(ended_ = true);
   } else {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");

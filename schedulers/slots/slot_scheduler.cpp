@@ -91,6 +91,8 @@ SlotScheduler::SlotScheduler(Model& model, std::shared_ptr<const TextCodec> code
     : model_(model), codec_(std::move(codec)), events_(events), options_(options) {
   check(options_.slots >= 1, "--slots must be at least 1, found ", options_.slots);
   check(options_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, found ", options_.prefill_chunk);
+  if (options_.prefix_cache.bytes != 0)
+    prefix_cache_ = std::make_unique<PrefixCache>(model_, options_.prefix_cache, options_.prefill_chunk);
   end_ids_.assign(model_.desc().eos_ids.begin(), model_.desc().eos_ids.end());
   for (int32_t id : codec_->end_ids())
     if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) end_ids_.push_back(id);
@@ -162,7 +164,9 @@ void SlotScheduler::cancel_all() {
 
 EngineGauges SlotScheduler::gauges() const {
   std::lock_guard lk(mu_);
-  return {running_, int(queue_.size()), int(slots_.size())};
+  EngineGauges g{running_, int(queue_.size()), int(slots_.size())};
+  if (prefix_cache_) g.prefix_cache_bytes = prefix_cache_->bytes(), g.prefix_cache_entries = prefix_cache_->entries();
+  return g;
 }
 
 std::vector<SlotInfo> SlotScheduler::slots() const {
@@ -271,7 +275,7 @@ void SlotScheduler::step(Slot& s) {
   try {
     if (!s.gen)
       s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
-                                           j.params.sampling);
+                                           j.params.sampling, prefix_cache_.get());
     // Only the prompt (max_tokens 0) ends with the prefill, before any token.
     if (!s.gen->step(j.max_tokens - s.generated, hooks) && !reason) reason = "length";
   } catch (const std::exception& e) {
@@ -334,8 +338,10 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
   o.finish_reason = reason;
   if (s.text && !error && reason != "abort" && !s.text->stopped()) o.text = s.text->flush();
   const int64_t prefilled = s.gen ? int64_t(s.gen->prefilled()) : 0;
-  o.usage = {prefilled, int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0};
-  o.timings.prompt_n = prefilled;
+  const int64_t restored = s.gen ? int64_t(s.gen->restored()) : 0;
+  o.usage = {prefilled, int64_t(s.generated), s.control ? s.control->reasoning_tokens() : 0, restored};
+  o.timings.prompt_n = prefilled - restored;
+  o.timings.cache_n = restored;
   o.timings.predicted_n = s.generated;
   o.timings.steps = s.gen ? s.gen->steps() : 0;
   Clock::time_point prefill_end = s.generated ? s.first_token : now;
@@ -344,6 +350,7 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
   o.error = std::move(error);
 
   events_.tokens(prefilled, s.generated);
+  if (prefix_cache_ && s.gen) events_.prefix_cache(int64_t(j.prompt.size()), restored);
   events_.finished(reason);
   if (reason != "abort" && reason != "error")
     events_.request_latencies(seconds(j.arrived_, now), seconds(j.arrived_, s.started), seconds(s.started, prefill_end),
@@ -354,8 +361,8 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
     o.timings.accepted_tokens = dm->accepted_tokens;
     events_.drafted(*dm);
   }
-  // A fresh Sequence per request: no prefix reuse yet, and the memory goes back now. A drafted
-  // request's numbers join the slot's Drafting totals.
+  // A fresh Sequence per request (what outlives it is in the prefix cache), so the memory goes back
+  // now. A drafted request's numbers join the slot's Drafting totals.
   s.gen.reset();
   if (s.drafting) events_.set_verify_costs(s.drafting->staircut().costs().table());
   std::shared_ptr<Job> job = std::move(s.job);

@@ -42,6 +42,8 @@ server:
   max_body_bytes: 1048576
   default_max_tokens: 2048
   prefill_chunk: 1024
+  prefix_cache_bytes: 1073741824
+  prefix_cache_every: 4096
   drain_timeout: 10.5
   sse_ping_interval: 2
   strict_fields: true
@@ -65,6 +67,8 @@ server:
   EXPECT_EQ(*s.max_body_bytes, 1048576);
   EXPECT_EQ(*s.default_max_tokens, 2048);
   EXPECT_EQ(*s.prefill_chunk, 1024);
+  EXPECT_EQ(*s.prefix_cache_bytes, 1073741824);
+  EXPECT_EQ(*s.prefix_cache_every, 4096);
   EXPECT_DOUBLE_EQ(*s.drain_timeout, 10.5);
   EXPECT_DOUBLE_EQ(*s.sse_ping_interval, 2);
   EXPECT_TRUE(*s.strict_fields);
@@ -89,6 +93,10 @@ TEST(ServeProfile, ErrorsNameKeyAndFile) {
       {"model: m\nserver: {strict_fields: maybe}\n", "key 'server.strict_fields' must be true or false"},
       {"model: m\nserver: {drain_timeout: -1}\n", "key 'server.drain_timeout' must be non-negative"},
       {"model: m\nserver: {reasoning_effort: extreme}\n", "key 'server.reasoning_effort' must be one of"},
+      {"model: m\nserver: {prefix_cache_bytes: -1}\n", "key 'server.prefix_cache_bytes' must be at least 0, found -1"},
+      {"model: m\nserver: {prefix_cache_bytes: lots}\n", "key 'server.prefix_cache_bytes' must be an integer number of bytes"},
+      {"model: m\nserver: {prefill_chunk: 512, prefix_cache_every: 700}\n",
+       "key 'server.prefix_cache_every' must be a multiple of server.prefill_chunk (512), found 700"},
       {"model: m\nserver: 5\n", "'server' must be a mapping"},
       {"model: m\nchat_template: [a]\n", "key 'chat_template' must be a path to a Jinja chat template"},
   };

@@ -43,6 +43,21 @@ class Mixer {
   // Accept the first n_accepted tokens of the last forward: the state afterwards is exactly what
   // n_accepted single-token steps would have left. After a Prefill, n_accepted must be info.n.
   virtual void commit(LayerState& state, const ForwardInfo& last, int n_accepted) = 0;
+
+  // Optional (prefix checkpoints, Model::snapshot/restore). snapshot(): a copy of what `state` (made
+  // by this mixer, no pass pending) holds after its first `pos` committed tokens, in new memory of the
+  // mixer's backend and no larger than those tokens need (attention: K/V rows 0 … pos−1). restore():
+  // writes such a copy back into a state of this mixer (no pass pending, able to hold `pos` tokens);
+  // the state is then, bit for bit, what the copied one was; the copy stays valid. Both queue
+  // Backend::copy work in stream order and do not synchronize. Default: not supported.
+  virtual std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const {
+    (void)state;
+    fail("this layer's mixer cannot copy its state (prefix checkpoints), asked at position ", pos);
+  }
+  virtual void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const {
+    (void)snapshot, (void)state;
+    fail("this layer's mixer cannot restore a copy of its state (prefix checkpoints), asked at position ", pos);
+  }
 };
 
 // Loads the weights of one layer by names relative to the layer's mixer prefix

@@ -45,6 +45,15 @@ struct Sequence {
   size_t bytes() const;
 };
 
+// A copy of a Sequence's committed state (Model::snapshot) after its first `pos` tokens: one
+// LayerState copy per layer, in the model's backend memory, sized for `pos` tokens (attention keeps
+// K/V rows 0 … pos−1 only). Owner: whoever took it; it must not outlive the Model.
+struct SequenceSnapshot {
+  int64_t pos = 0;
+  std::vector<std::unique_ptr<LayerState>> states;
+  size_t bytes() const;
+};
+
 // Backend graphs of verify passes (see Model::forward): what happened since the model was loaded.
 struct GraphStats {
   bool enabled = false;     // graphs may be recorded (switched on and not given up)
@@ -115,6 +124,13 @@ class TANDEM_API Model {
                       std::vector<float>& logits, bool all_positions);
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
+  // Prefix checkpoints. snapshot(): a copy of seq's committed state (no pass may be pending), in new
+  // memory of backend(). restore(): writes a snapshot into `seq` (no pass pending, capacity ≥
+  // snap.pos), which then continues bit for bit as the snapshotted sequence would have (seq.pos =
+  // snap.pos); the snapshot stays valid for further restores. Both queue Backend::copy work in stream
+  // order and do not synchronize; every layer's mixer must support it (Mixer::snapshot).
+  std::unique_ptr<SequenceSnapshot> snapshot(const Sequence& seq) const;
+  void restore(const SequenceSnapshot& snap, Sequence& seq) const;
   // Optional (benchmarks, tests): called from forward() with -1 after the embedding, i after layer i
   // and n_layers after the head, before the logits are downloaded, with the pass's residual stream x
   // [n, hidden] (f32 on backend(); after the head it still holds the last layer's output). Nothing

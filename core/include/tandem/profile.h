@@ -25,6 +25,9 @@ struct ServerProfile {
   std::optional<std::vector<std::string>> aliases;  // a string or a list
   std::optional<int> slots, max_queue, default_max_tokens, prefill_chunk;
   std::optional<int64_t> max_body_bytes;
+  // Prefix checkpoints (schedulers/slots prefix_cache.h): their byte budget (0 = off) and the tokens
+  // between them (a multiple of prefill_chunk; 0 = every chunk).
+  std::optional<int64_t> prefix_cache_bytes, prefix_cache_every;
   std::optional<double> queue_timeout, drain_timeout, sse_ping_interval;  // seconds
   std::optional<bool> strict_fields;
   std::optional<int64_t> reasoning_budget;           // -1 = unlimited

@@ -53,10 +53,12 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // of completion_tokens: sampled inside the reasoning span
+  int64_t cached_tokens = 0;     // of prompt_tokens: restored from a prefix checkpoint
 };
 
 struct Timings {
-  int64_t prompt_n = 0, predicted_n = 0;
+  int64_t prompt_n = 0, predicted_n = 0;  // prompt_n: prompt tokens prefilled (cache_n more were restored)
+  int64_t cache_n = 0;
   double prompt_ms = 0, predicted_ms = 0;
   int64_t steps = 0;
   int64_t draft_tokens = 0, accepted_tokens = 0;  // drafted requests: drafts verified, and accepted

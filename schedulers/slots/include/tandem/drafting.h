@@ -99,6 +99,9 @@ class TANDEM_API DraftedRequest {
   // The caller ran and committed the next n prompt tokens at positions pos0 …: the drafters that read
   // hidden states receive those rows (the model's taps of that pass).
   void prefilled(int64_t pos0, size_t n);
+  // The first n prompt tokens were restored from a prefix checkpoint, before any prefill: true, or
+  // false (and nothing changes) when a drafter reads the prompt's hidden states, which no pass made.
+  bool restored(size_t n);
   // `first`: the token picked from the prefill's logits (emitted by the caller, not yet fed), once the
   // whole prompt is prefilled.
   void start(int32_t first);

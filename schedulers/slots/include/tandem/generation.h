@@ -12,6 +12,7 @@
 
 #include "tandem/drafting.h"
 #include "tandem/generate.h"
+#include "tandem/prefix_cache.h"
 
 namespace tandem {
 
@@ -19,8 +20,12 @@ class TANDEM_API Generation {
  public:
   // The Sequence holds `context` tokens; prefill passes take `prefill_chunk` tokens (0 = the whole
   // prompt in one pass). A Drafting serves one Generation at a time (StairCut keeps per-request state).
+  // With a PrefixCache (borrowed; its chunk must be prefill_chunk) the first step resumes from the
+  // longest stored prefix of the prompt and each prefill pass offers a checkpoint; the tokens and
+  // logits are those of a run without it. Drafters that read the prompt's hidden states get the
+  // whole prompt prefilled (they are handed every row).
   Generation(Model& model, Drafting* drafting, std::vector<int32_t> prompt, int64_t context, int prefill_chunk,
-             const SamplingParams& sampling);
+             const SamplingParams& sampling, PrefixCache* prefix_cache = nullptr);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -32,7 +37,8 @@ class TANDEM_API Generation {
   bool step(int max_tokens, const StepHooks& hooks);
 
   bool prefilling() const { return prefilled_ < prompt_.size(); }
-  size_t prefilled() const { return prefilled_; }
+  size_t prefilled() const { return prefilled_; }  // prompt tokens in the sequence, restored ones included
+  size_t restored() const { return restored_; }    // of those, restored from a prefix checkpoint
   // Passes that emitted tokens (the last prefill chunk and every decode or verify pass).
   int64_t steps() const { return steps_; }
   // Tokens committed to the sequence so far.
@@ -51,7 +57,9 @@ class TANDEM_API Generation {
   std::unique_ptr<Sequence> seq_;
   std::unique_ptr<DraftedRequest> drafted_;  // from the first prefill chunk (it runs them); before seq_
   std::vector<float> logits_;
-  size_t prefilled_ = 0;
+  PrefixCache* cache_;
+  size_t prefilled_ = 0, restored_ = 0;
+  bool looked_up_ = false;  // the prefix cache was asked (first step)
   int64_t steps_ = 0;
   int32_t last_ = 0;
   bool ended_ = false;

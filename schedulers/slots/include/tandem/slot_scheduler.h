@@ -23,6 +23,7 @@
 
 #include "tandem/drafting.h"
 #include "tandem/model.h"
+#include "tandem/prefix_cache.h"
 #include "tandem/request.h"
 #include "tandem/sampler.h"
 #include "tandem/text/chat_output.h"
@@ -103,11 +104,18 @@ class Job {
 // + 2.56 GB at 512, + 2.91 GB at 1024, + 3.36 GB at 2048, over the 3.22 GB (3 GiB) allowed.
 constexpr int kDefaultPrefillChunk = 512;
 
+// Bytes of prefix checkpoints `tandem serve` keeps by default (server.prefix_cache_bytes): at Bolt's
+// size a checkpoint at position p holds 0.17 GB of Mamba state and p·16 KB of K/V, so 2 GiB keeps the
+// newest two or three checkpoints of a 32,768-token prompt, or many of shorter ones (docs/decisions.md).
+constexpr int64_t kDefaultPrefixCacheBytes = int64_t(2) << 30;
+
 // Gauges that the scheduler owns; read at render time.
 struct EngineGauges {
   int running = 0;
   int waiting = 0;
   int slots = 0;
+  int64_t prefix_cache_bytes = 0;    // held by prefix checkpoints
+  int64_t prefix_cache_entries = 0;
 };
 
 // What the scheduler reports as requests run, on the engine thread (the server's Prometheus metrics
@@ -118,6 +126,9 @@ class SchedulerEvents {
   virtual void refused(const std::string& reason) { (void)reason; }    // queue_timeout
   virtual void finished(const std::string& reason) { (void)reason; }   // stop, length, abort, error
   virtual void tokens(int64_t prompt, int64_t generated) { (void)prompt, (void)generated; }
+  // With the prefix cache on, once per request that reached the model: its prompt tokens and how
+  // many of them a checkpoint restored (0 = a miss).
+  virtual void prefix_cache(int64_t prompt, int64_t reused) { (void)prompt, (void)reused; }
   virtual void time_to_first_token(double s) { (void)s; }
   virtual void inter_token_latency(double s) { (void)s; }
   virtual void request_latencies(double e2e, double queue, double prefill, double decode) {
@@ -136,6 +147,8 @@ struct SchedulerOptions {
   int max_queue = 8;
   int64_t context = 4096;          // tokens per slot
   int prefill_chunk = kDefaultPrefillChunk;  // tokens per prefill step
+  // Prefix checkpoints shared by the slots (prefix_cache.h); bytes 0 = off.
+  PrefixCacheOptions prefix_cache{kDefaultPrefixCacheBytes, 0};
   double queue_timeout_s = 0;      // 0 = wait forever
   // Drafters (profile `draft:`, `tandem serve --draft`); none = plain decoding. Each slot gets its
   // own Drafting (StairCut keeps per-request state); the verify costs are measured once.
@@ -197,6 +210,7 @@ class SlotScheduler {
   std::vector<int32_t> end_ids_;               // model EOS ids and the tokenizer's end-of-generation ids
   std::unique_ptr<OutputVocab> output_vocab_;  // for chat constraints; null without a tokenizer
   std::string reasoning_close_;                // what a reasoning budget injects to close thinking
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when off; engine thread (its counters: any)
   std::vector<std::unique_ptr<Slot>> slots_;  // engine thread only
   size_t next_ = 0;                            // round-robin start
   std::thread thread_;
