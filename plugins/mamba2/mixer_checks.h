@@ -24,14 +24,14 @@ inline void check_activation(const Tensor& t, const char* what, int n, int hidde
         ", ", hidden, "]");
 }
 
-// x and out are [info.n, hidden] f32; the pass starts at the state's committed length.
-inline void check_forward(const Tensor& x, const Tensor& out, const ForwardInfo& info, int hidden, int64_t committed) {
+// A pass (of a forward, or one sequence's of a forward_batch) starts at the state's committed
+// length; x and out then hold [Σ n, hidden] f32 (check_activation).
+inline void check_pass_start(const ForwardInfo& info, int64_t committed) {
   check(info.n >= 0, "mamba2 forward: info.n must be >= 0, found ", info.n);
-  check_activation(x, "input x", info.n, hidden);
-  check_activation(out, "output", info.n, hidden);
   check(info.pos0 == committed, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", committed,
         " committed tokens");
 }
+
 
 // A state `s` made for another layer shape than the mixer's `dm`.
 inline void check_state_dims(const Dims& s, const Dims& dm, const char* what) {
