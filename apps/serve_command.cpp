@@ -63,6 +63,7 @@ const CommandSpec& serve_spec() {
           {"max-body-bytes", "N", "largest request body; larger ones get 413 (default 32 MiB)"},
           {"default-max-tokens", "N", "max_tokens of a request that sets none"},
           {"prefill-chunk", "N", "prompt tokens per prefill step"},
+          {"batch-rows", "N", "rows of the decoding slots' passes per forward (1-16)"},
           {"drain-timeout", "S", "seconds running requests may take after SIGTERM (default 60)"},
           {"sse-ping-interval", "S", "keep-alive comment on a silent stream every S seconds (default 5; 0: off)"},
           {"strict-fields", "", "refuse request fields tandem ignores (400) instead of accepting them"},
@@ -102,6 +103,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   o.scheduler.max_queue = int(a.integer("max-queue", ps.max_queue.value_or(8)));
   o.scheduler.queue_timeout_s = a.number("queue-timeout", ps.queue_timeout.value_or(240));
   o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(kDefaultPrefillChunk)));
+  o.scheduler.batch_rows = int(a.integer("batch-rows", ps.batch_rows.value_or(Model::batch_max_rows)));
   o.scheduler.context = p.context;
   // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
   o.scheduler.draft = cli::draft_options(a, p.draft, "serve");
@@ -120,6 +122,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   check(o.scheduler.slots >= 1, "tandem serve: --slots must be at least 1, found ", o.scheduler.slots);
   check(o.scheduler.max_queue >= 0, "tandem serve: --max-queue must be non-negative, found ", o.scheduler.max_queue);
   check(o.scheduler.prefill_chunk >= 1, "tandem serve: --prefill-chunk must be at least 1");
+  check(o.scheduler.batch_rows >= 1 && o.scheduler.batch_rows <= Model::batch_max_rows,
+        "tandem serve: --batch-rows must be in [1, ", Model::batch_max_rows, "], found ", o.scheduler.batch_rows);
   check(body >= 1024, "tandem serve: --max-body-bytes must be at least 1024, found ", body);
   check(o.default_max_tokens >= 1, "tandem serve: --default-max-tokens must be at least 1");
   check(o.drain_timeout_s >= 0 && o.scheduler.queue_timeout_s >= 0 && o.sse_ping_interval_s >= 0,

@@ -149,6 +149,54 @@ TEST_P(Batch, LogitsAndTapsEqualSoloPasses) {
   m.set_taps({});
 }
 
+// The same batch shape step after step (as a server's busy slots decode): on a backend that records
+// graphs the batch is recorded on its second step and replayed after, and every step's logits keep
+// the solo passes' bits through the replays and the commits between them.
+TEST_P(Batch, SteadyShapesReplayBitIdentical) {
+  Model& m = model(GetParam());
+  const int V = m.desc().vocab;
+  std::mt19937_64 g(29);
+  auto tok = [&] { return int32_t(g() % uint64_t(V)); };
+  std::vector<std::unique_ptr<Sequence>> solo, batch;
+  std::vector<float> l;
+  for (int len : {4, 9, 2}) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < len; ++i) p.push_back(tok());
+    for (auto* v : {&solo, &batch}) {
+      v->push_back(m.new_sequence(96));
+      m.forward(*v->back(), p, ForwardMode::Prefill, l, false);
+      m.commit(*v->back(), len);
+    }
+  }
+  const GraphStats before = m.graph_stats();
+  const int rows_of[] = {1, 3, 2};  // a plain slot and two drafted ones
+  constexpr int kSteps = 8;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<int32_t>> tokens(solo.size());
+    std::vector<std::vector<float>> want(solo.size()), got(solo.size());
+    std::vector<Model::BatchPass> passes;
+    for (size_t b = 0; b < solo.size(); ++b) {
+      for (int j = 0; j < rows_of[b]; ++j) tokens[b].push_back(tok());
+      m.forward(*solo[b], tokens[b], ForwardMode::Verify, want[b], rows_of[b] > 1);
+      got[b].assign(want[b].size(), std::nanf(""));
+      passes.push_back({batch[b].get(), tokens[b], rows_of[b] > 1, &got[b]});
+    }
+    m.forward_batch(passes);
+    for (size_t b = 0; b < solo.size(); ++b) {
+      EXPECT_TRUE(same_bits(want[b], got[b])) << "step " << step << ", sequence " << b;
+      const int a = 1 + int(g() % uint64_t(rows_of[b]));
+      m.commit(*solo[b], a);
+      m.commit(*batch[b], a);
+    }
+  }
+  const GraphStats& after = m.graph_stats();
+  if (after.enabled) {
+    // Solo passes replay their own graphs too; the batch adds one recording and kSteps − 2 replays.
+    EXPECT_GE(after.captured - before.captured, 1 + int64_t(solo.size()));
+    EXPECT_GE(after.replayed - before.replayed, int64_t(kSteps - 2) * int64_t(1 + solo.size()));
+  }
+}
+
 TEST_P(Batch, BadBatchesAreOneLineErrors) {
   Model& m = model(GetParam());
   auto a = m.new_sequence(64), b = m.new_sequence(64);

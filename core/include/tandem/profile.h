@@ -24,6 +24,7 @@ struct ServerProfile {
   std::optional<std::string> served_model_name;
   std::optional<std::vector<std::string>> aliases;  // a string or a list
   std::optional<int> slots, max_queue, default_max_tokens, prefill_chunk;
+  std::optional<int> batch_rows;  // rows of the decoding slots' passes per forward: 1 … Model::batch_max_rows
   std::optional<int64_t> max_body_bytes;
   std::optional<double> queue_timeout, drain_timeout, sse_ping_interval;  // seconds
   std::optional<bool> strict_fields;
