@@ -70,11 +70,7 @@ void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state,
 
 void Mamba2Mixer::forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
                                 const std::vector<ForwardInfo>& infos) {
-  check(states.size() == infos.size(), "mamba2 forward_batch: ", states.size(), " states for ", infos.size(),
-        " passes");
-  (void)batch_row_offsets(infos, x.rows);
-  for (const ForwardInfo& i : infos)
-    check(i.mode == ForwardMode::Verify, "mamba2 forward_batch: a ", mode_name(i.mode), " pass, expected verify");
+  check_batch(x, states, infos);
   run(x, out, states.data(), infos.data(), infos.size());
 }
 
@@ -82,15 +78,9 @@ void Mamba2Mixer::forward_batch(const Tensor& x, const Tensor& out, const std::v
 // per pass on its own rows and state. Each row's result is the one a pass of its sequence alone makes.
 void Mamba2Mixer::run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
                       size_t B) {
-  std::vector<Mamba2State*> sts;
   int64_t n = 0;
-  for (size_t b = 0; b < B; ++b) {
-    sts.push_back(&state_of(*states[b], "forward"));
-    n += infos[b].n;
-  }
-  for (size_t b = 0; b < B; ++b) check_pass_start(infos[b], sts[b]->pos_);
-  check_activation(x, "input x", int(n), hidden_);
-  check_activation(out, "output", int(n), hidden_);
+  std::vector<Mamba2State*> sts = begin_passes<Mamba2State>(
+      x, out, states, infos, B, hidden_, [&](LayerState& s) -> Mamba2State& { return state_of(s, "forward"); }, n);
   for (Mamba2State* st : sts) st->pass_.open = false;
 
   if (n > 0) {

@@ -138,11 +138,7 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
 
 void Mamba2CudaMixer::forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
                                     const std::vector<ForwardInfo>& infos) {
-  check(states.size() == infos.size(), "mamba2 forward_batch: ", states.size(), " states for ", infos.size(),
-        " passes");
-  (void)batch_row_offsets(infos, x.rows);
-  for (const ForwardInfo& i : infos)
-    check(i.mode == ForwardMode::Verify, "mamba2 forward_batch: a ", mode_name(i.mode), " pass, expected verify");
+  check_batch(x, states, infos);
   run(x, out, states.data(), infos.data(), infos.size());
 }
 
@@ -150,15 +146,9 @@ void Mamba2CudaMixer::forward_batch(const Tensor& x, const Tensor& out, const st
 // rows of the shared scratch and its own state: the kernels a pass of that sequence alone launches.
 void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
                           size_t B) {
-  std::vector<Mamba2CudaState*> sts;
   int64_t n_all = 0;
-  for (size_t b = 0; b < B; ++b) {
-    sts.push_back(&state_of(*states[b], "forward"));
-    n_all += infos[b].n;
-  }
-  for (size_t b = 0; b < B; ++b) check_pass_start(infos[b], sts[b]->pos_);
-  check_activation(x, "input x", int(n_all), hidden_);
-  check_activation(out, "output", int(n_all), hidden_);
+  std::vector<Mamba2CudaState*> sts = begin_passes<Mamba2CudaState>(
+      x, out, states, infos, B, hidden_, [&](LayerState& s) -> Mamba2CudaState& { return state_of(s, "forward"); }, n_all);
   for (Mamba2CudaState* st : sts) st->pass_.open = false;
 
   if (n_all > 0) {

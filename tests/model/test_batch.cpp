@@ -15,6 +15,7 @@
 #include "tandem/model.h"
 #include "tandem/registry.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 #ifndef TANDEM_BATCH_DEVICE
 #define TANDEM_BATCH_DEVICE "cpu"
@@ -24,15 +25,6 @@
 
 namespace tandem::test {
 namespace {
-
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
 
 // The tiny synthetic shape (7 layers MEM*EME: Mamba2, MoE and attention; H 512, vocab 2048).
 Model& model(synth::Mix mix) {

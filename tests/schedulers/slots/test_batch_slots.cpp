@@ -14,18 +14,10 @@
 #include "tandem/slot_scheduler.h"
 #include "tandem/text/text_codec.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::test {
 namespace {
-
-PluginRegistry& registry() {
-  static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();
-    reg->load_directory(plugin_dir());
-    return reg;
-  }();
-  return *r;
-}
 
 // The tiny HF fixture (MEM*EM*E, vocab 256: short outputs repeat ids, which the lookup drafter needs).
 Model& model() {
