@@ -75,6 +75,9 @@ inline void Mixer::forward_batch(const Tensor& x, const Tensor& out, const std::
     forward(x.slice_rows(off[b], infos[b].n), out.slice_rows(off[b], infos[b].n), *states[b], infos[b]);
 }
 
+// Loads the weights of one layer by names relative to the layer's mixer prefix
+// ("in_proj" → "backbone.layers.3.mixer.in_proj"). Shape mismatches and missing tensors are errors
+// that name the tensor.
 class WeightLoader {
  public:
   virtual ~WeightLoader() = default;
