@@ -1,7 +1,9 @@
 // The slot scheduler's batched steps: the decoding slots' passes run in one Model::forward_batch per
 // step, and every request's tokens are exactly those of running it alone (tandem::generate), greedy
 // and seeded sampling, plain and drafted (lookup, verify passes of 1 … 4 rows), with prompts of
-// different lengths read in prefill chunks between the batched steps.
+// different lengths read in prefill chunks between the batched steps. Built twice: for the CPU, and
+// with TANDEM_BATCH_SLOTS_DEVICE="cuda" as test_batch_slots_cuda (label gpu; skips without a CUDA
+// device, fails instead under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,12 +11,17 @@
 #include <random>
 #include <thread>
 
+#include "gpu_required.h"
 #include "tandem/generate.h"
 #include "tandem/registry.h"
 #include "tandem/slot_scheduler.h"
 #include "tandem/text/text_codec.h"
 #include "test_util.h"
 #include "tests/conformance/model_util.h"
+
+#ifndef TANDEM_BATCH_SLOTS_DEVICE
+#define TANDEM_BATCH_SLOTS_DEVICE "cpu"
+#endif
 
 namespace tandem::test {
 namespace {
@@ -24,7 +31,7 @@ Model& model() {
   static std::unique_ptr<Model> m = [] {
     LoadOptions o;
     o.path = data_path("hf/latent");
-    o.device = "cpu";
+    o.device = TANDEM_BATCH_SLOTS_DEVICE;
     o.threads = 2;
     return Model::load(o, registry());
   }();
@@ -59,7 +66,24 @@ struct Case {
   bool drafted;
 };
 
-class BatchSlots : public ::testing::TestWithParam<Case> {};
+// Skips (or fails under TANDEM_REQUIRE_GPU=1) when the device's backend is not here.
+class SlotsOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(TANDEM_BATCH_SLOTS_DEVICE) == "cpu") return;
+    std::string cause;
+    try {
+      registry().backend(TANDEM_BATCH_SLOTS_DEVICE);
+      return;
+    } catch (const std::exception& e) {
+      cause = std::string("no ") + TANDEM_BATCH_SLOTS_DEVICE + " backend here: " + e.what();
+    }
+    for (const auto& s : registry().skipped()) cause += "; skipped module: " + s;
+    TANDEM_GPU_UNAVAILABLE(cause);
+  }
+};
+
+class BatchSlots : public SlotsOnDevice, public ::testing::WithParamInterface<Case> {};
 
 // Four requests at once; the first prefill step waits until all four are queued, so that from the
 // third round on all four slots decode together.
@@ -173,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, BatchSlots,
                                            Case{"greedy_drafted", 0.0f, true}, Case{"seeded_drafted", 0.9f, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(BatchSlots, BatchRowsOutsideItsRangeIsAnError) {
+TEST_F(SlotsOnDevice, BatchRowsOutsideItsRangeIsAnError) {
   NoEvents events;
   for (int rows : {0, Model::batch_max_rows + 1}) {
     SchedulerOptions so;
