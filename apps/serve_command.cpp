@@ -65,6 +65,8 @@ const CommandSpec& serve_spec() {
           {"prefill-chunk", "N", "prompt tokens per prefill step"},
           {"prefix-cache-bytes", "N", "bytes of prefix checkpoints to keep (default 2 GiB; 0: off)"},
           {"prefix-cache-every", "N", "tokens between prefix checkpoints, a multiple of --prefill-chunk (default: each chunk)"},
+
+          {"batch-rows", "N", "rows of the decoding slots' passes per forward (1-16)"},
           {"drain-timeout", "S", "seconds running requests may take after SIGTERM (default 60)"},
           {"sse-ping-interval", "S", "keep-alive comment on a silent stream every S seconds (default 5; 0: off)"},
           {"strict-fields", "", "refuse request fields tandem ignores (400) instead of accepting them"},
@@ -106,6 +108,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   o.scheduler.prefill_chunk = int(a.integer("prefill-chunk", ps.prefill_chunk.value_or(kDefaultPrefillChunk)));
   o.scheduler.prefix_cache.bytes = a.integer("prefix-cache-bytes", ps.prefix_cache_bytes.value_or(kDefaultPrefixCacheBytes));
   o.scheduler.prefix_cache.every = a.integer("prefix-cache-every", ps.prefix_cache_every.value_or(0));
+
+  o.scheduler.batch_rows = int(a.integer("batch-rows", ps.batch_rows.value_or(Model::batch_max_rows)));
   o.scheduler.context = p.context;
   // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
   o.scheduler.draft = cli::draft_options(a, p.draft, "serve");
@@ -129,6 +133,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   check(o.scheduler.prefix_cache.every >= 0 && o.scheduler.prefix_cache.every % o.scheduler.prefill_chunk == 0,
         "tandem serve: --prefix-cache-every must be 0 or a multiple of --prefill-chunk (", o.scheduler.prefill_chunk,
         "), found ", o.scheduler.prefix_cache.every);
+
+  check(o.scheduler.batch_rows >= 1 && o.scheduler.batch_rows <= Model::batch_max_rows,
+        "tandem serve: --batch-rows must be in [1, ", Model::batch_max_rows, "], found ", o.scheduler.batch_rows);
   check(body >= 1024, "tandem serve: --max-body-bytes must be at least 1024, found ", body);
   check(o.default_max_tokens >= 1, "tandem serve: --default-max-tokens must be at least 1");
   check(o.drain_timeout_s >= 0 && o.scheduler.queue_timeout_s >= 0 && o.sse_ping_interval_s >= 0,

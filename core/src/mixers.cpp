@@ -67,9 +67,26 @@ class Attention : public Mixer {
     return s;
   }
   void forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) override {
-    auto& s = static_cast<KVState&>(state);
-    check(info.pos0 + info.n <= s.capacity, "attention: ", info.pos0 + info.n,
-          " tokens exceed the context window of ", s.capacity);
+    LayerState* states[] = {&state};
+    run(x, out, states, &info, 1);
+  }
+  // The projections once on every sequence's rows; the KV append and attention per sequence, each
+  // reading its position from its own entry of the Model's position array.
+  void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                     const std::vector<ForwardInfo>& infos) override {
+    check(states.size() == infos.size(), "attention: ", states.size(), " states for ", infos.size(), " passes");
+    run(x, out, states.data(), infos.data(), infos.size());
+  }
+  void commit(LayerState&, const ForwardInfo&, int) override {}
+
+ private:
+  void run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos, size_t B) {
+    const std::vector<int64_t> off = batch_row_offsets({infos, infos + B}, x.rows);
+    for (size_t b = 0; b < B; ++b) {
+      auto& s = static_cast<KVState&>(*states[b]);
+      check(infos[b].pos0 + infos[b].n <= s.capacity, "attention: ", infos[b].pos0 + infos[b].n,
+            " tokens exceed the context window of ", s.capacity);
+    }
     int64_t n = x.rows;
     Tensor q = s_.attn_q.f32(be_, n, q_->rows()), k = s_.attn_k.f32(be_, n, k_->rows()),
            v = s_.attn_v.f32(be_, n, v_->rows()), a = s_.attn_out.f32(be_, n, q_->rows());
@@ -85,11 +102,15 @@ class Attention : public Mixer {
     // Rows past the committed length are only ever read after being rewritten, so neither forward
     // nor commit needs to clear them. The position goes through device memory (the Model writes it
     // before each pass), so a captured pass replays at any position.
-    be_.attention_at(q, k, v, static_cast<float*>(s.k->data()), static_cast<float*>(s.v->data()), s.capacity,
-                     info.pos0, pos0_device_, d_.n_heads, d_.n_kv_heads, d_.head_dim, a);
+    for (size_t b = 0; b < B; ++b) {
+      auto& s = static_cast<KVState&>(*states[b]);
+      const int64_t r0 = off[b], r = infos[b].n;
+      be_.attention_at(q.slice_rows(r0, r), k.slice_rows(r0, r), v.slice_rows(r0, r),
+                       static_cast<float*>(s.k->data()), static_cast<float*>(s.v->data()), s.capacity, infos[b].pos0,
+                       pos0_device_ + b, d_.n_heads, d_.n_kv_heads, d_.head_dim, a.slice_rows(r0, r));
+    }
     o_->matmul(a, out);
   }
-  void commit(LayerState&, const ForwardInfo&, int) override {}
   // A snapshot is a KVState of `pos` rows; only the committed rows are copied.
   std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override {
     const auto& s = kv_of(state, pos, "snapshot");
@@ -203,7 +224,17 @@ class MoE : public Stateless {
   // With a latent fc2, the shared expert writes `out` itself and fc2 adds the routed part into it
   // (fused into fc2 where the format can): one add kernel fewer on the layer's critical path. a + b is
   // b + a in IEEE arithmetic, so the bits are those of routed + shared.
-  void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
+  void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override { run(x, out); }
+  // No state: every sequence's rows run as one pass (each row's result does not depend on the others).
+  void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>&,
+                     const std::vector<ForwardInfo>& infos) override {
+    (void)batch_row_offsets(infos, x.rows);
+    run(x, out);
+  }
+  void commit(LayerState&, const ForwardInfo&, int) override {}
+
+ private:
+  void run(const Tensor& x, const Tensor& out) {
     const int64_t n = x.rows, k = d_.top_k;
     const int shared_lane = shared_.up ? 1 : 0, latent_lane = fc1_ ? 1 + shared_lane : 0;
     const bool shared_into_out = shared_.up && fc2_;
@@ -250,7 +281,6 @@ class MoE : public Stateless {
     if (shared_.up && !shared_into_out) be_.add(out, s, out);
   }
 
- private:
   MoEDesc d_;
   int hidden_;
   Backend& be_;
@@ -272,6 +302,11 @@ class Mlp : public Stateless {
     s.ffn_mid.fit(d.width);
   }
   void forward(const Tensor& x, const Tensor& out, LayerState&, const ForwardInfo&) override {
+    ffn_.run(be_, s_, x, out);
+  }
+  void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>&,
+                     const std::vector<ForwardInfo>& infos) override {
+    (void)batch_row_offsets(infos, x.rows);
     ffn_.run(be_, s_, x, out);
   }
 

@@ -11,8 +11,8 @@ struct MixerScratch;
 
 // Each mixer declares its scratch in `scratch` (the Model's, shared by all layers), which must outlive
 // it and be reserved for a pass's tokens before the pass (MixerScratch::reserve).
-// pos0_device: an int64 in the backend's memory holding each pass's first position (ForwardInfo::pos0),
-// written by the Model before the pass.
+// pos0_device: int64[Model::batch_max_rows] in the backend's memory holding each pass's first position
+// (ForwardInfo::pos0; sequence b of a forward_batch at entry b), written by the Model before the pass.
 std::unique_ptr<Mixer> make_attention(const AttentionDesc& d, int hidden, WeightLoader& w, Backend& be,
                                       const int64_t* pos0_device, MixerScratch& scratch);
 std::unique_ptr<Mixer> make_moe(const MoEDesc& d, int hidden, WeightLoader& w, Backend& be, MixerScratch& scratch);

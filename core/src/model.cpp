@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 #include <spdlog/spdlog.h>
 
 #include "expert_set.h"
@@ -200,16 +201,23 @@ size_t Sequence::bytes() const {
 
 namespace {
 
-// The recorded verify passes of one sequence, by (tokens, all_positions). A graph holds the device
-// addresses of its capture (scratch, states, weights), so all are dropped when the backend's memory
-// epoch moves (a buffer was released: a scratch regrown, a sequence freed).
-struct SequenceGraphs {
-  using Key = std::pair<int, bool>;
+// Recorded verify passes by a key of their shape: one sequence's by (tokens, all_positions), and the
+// Model's batched passes by their sequences, rows and all_positions in row order. A graph holds the
+// device addresses of its capture (scratch, states, weights), so all are dropped when the backend's
+// memory epoch moves (a buffer was released: a scratch regrown, a sequence freed — which also makes
+// a freed sequence's address in a batch key safe to reuse).
+template <class K>
+struct GraphCache {
+  using Key = K;
   uint64_t epoch = 0;
   uint64_t taps = 0;  // Model::Impl::taps_version of the recordings (a recording copies its taps)
   std::map<Key, std::unique_ptr<Graph>> graphs;
   std::set<Key> warm;  // shapes run once op by op: every scratch they need has grown already
 };
+using SequenceGraphs = GraphCache<std::pair<int, bool>>;
+using BatchKey = std::vector<std::tuple<const Sequence*, int, bool>>;
+// Batch shapes kept at most; past it the cache starts over (slots come and go, drafted k varies).
+constexpr size_t kMaxBatchGraphs = 64;
 
 }  // namespace
 
@@ -222,7 +230,10 @@ struct Model::Impl {
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
   Scratch x, h, out, logits;
-  std::unique_ptr<Buffer> pos0;  // int64: the first position of the running pass, read by attention
+  // int64[batch_max_rows]: the first position of the running pass (of sequence b of a batch at b),
+  // read by attention
+  std::unique_ptr<Buffer> pos0;
+  int64_t passes = 0;  // Model::passes()
   std::function<void(int, const Tensor&)> observer;
   std::vector<int> taps;          // layers whose output forward() copies (Model::set_taps)
   std::vector<Scratch> tap_bufs;  // one per tap, [rows, hidden]
@@ -231,8 +242,12 @@ struct Model::Impl {
   GraphStats graph_stats;
   int dropped_recordings = 0;
 
+  GraphCache<BatchKey> batch_graphs;
+
   void graphs_off(const std::string& why, bool expected);
   void run_verify(Backend& be, Sequence& seq, int n, bool all_positions, const std::function<void()>& pass);
+  template <class Key>
+  void run_graph(Backend& be, GraphCache<Key>& cache, const Key& key, int rows, const std::function<void()>& pass);
 };
 
 void Model::Impl::graphs_off(const std::string& why, bool expected) {
@@ -255,17 +270,22 @@ void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positio
     g->epoch = be.memory_epoch();
     seq.graphs = g;
   }
-  auto& sg = *static_cast<SequenceGraphs*>(seq.graphs.get());
+  run_graph(be, *static_cast<SequenceGraphs*>(seq.graphs.get()), SequenceGraphs::Key{n, all_positions}, n, pass);
+}
+
+// `pass` from cache's graph for `key` (a pass of `rows` rows), recorded on the key's second run.
+template <class Key>
+void Model::Impl::run_graph(Backend& be, GraphCache<Key>& sg, const Key& key, int rows,
+                            const std::function<void()>& pass) {
   if (sg.epoch != be.memory_epoch() || sg.taps != taps_version) {
     sg.graphs.clear();
     sg.epoch = be.memory_epoch();
     sg.taps = taps_version;
   }
-  const SequenceGraphs::Key key{n, all_positions};
   if (auto it = sg.graphs.find(key); it != sg.graphs.end()) {
     it->second->launch();
     ++graph_stats.replayed;
-    graph_stats.launches[n] = {it->second->kernel_nodes(), it->second->copy_nodes()};
+    graph_stats.launches[rows] = {it->second->kernel_nodes(), it->second->copy_nodes()};
     return;
   }
   if (sg.warm.insert(key).second) {  // first run of this shape: grow every scratch it needs
@@ -302,7 +322,7 @@ void Model::Impl::run_verify(Backend& be, Sequence& seq, int n, bool all_positio
   graph->launch();
   ++graph_stats.captured;
   ++graph_stats.replayed;
-  graph_stats.launches[n] = {graph->kernel_nodes(), graph->copy_nodes()};
+  graph_stats.launches[rows] = {graph->kernel_nodes(), graph->copy_nodes()};
   sg.graphs.emplace(key, std::move(graph));
 }
 
@@ -375,7 +395,7 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   Backend& be = *m->backend_;
   check(be.device() == o.device, "Model::load: the backend given runs on '", be.device(), "', the options ask for '",
         o.device, "'");
-  im.pos0 = be.alloc(sizeof(int64_t));
+  im.pos0 = be.alloc(sizeof(int64_t) * size_t(batch_max_rows));
   im.graph_stats.off_reason = be.graphs_off_reason();
   im.graph_stats.enabled = im.graph_stats.off_reason.empty();
 
@@ -482,20 +502,42 @@ void Model::forward_commit(Sequence& seq, const std::vector<int32_t>& tokens, Fo
   backend_->download(logits.data(), lg.data, lg.nbytes());
 }
 
-Tensor Model::queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions) {
+void Model::check_pass(const Sequence& seq, const std::vector<int32_t>& tokens, const std::string& what) const {
   const int64_t n = int64_t(tokens.size());
-  check(n > 0, "forward: no tokens");
-  check(seq.pos + n <= seq.capacity, "forward: ", seq.pos, " + ", n, " tokens exceed the context window of ",
+  check(n > 0, what, ": no tokens");
+  check(seq.pos + n <= seq.capacity, what, ": ", seq.pos, " + ", n, " tokens exceed the context window of ",
         seq.capacity);
   for (int32_t t : tokens)
-    check(t >= 0 && t < desc_.vocab, "forward: token id ", t, " is outside the vocabulary [0, ", desc_.vocab, ")");
+    check(t >= 0 && t < desc_.vocab, what, ": token id ", t, " is outside the vocabulary [0, ", desc_.vocab, ")");
+}
+
+Tensor Model::queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions) {
+  check_pass(seq, tokens, "forward");
+  std::vector<int64_t> head_rows;
+  return queue_passes({BatchPass{&seq, tokens, all_positions, nullptr}}, mode, head_rows);
+}
+
+Tensor Model::queue_passes(const std::vector<BatchPass>& passes, ForwardMode mode, std::vector<int64_t>& head_off) {
   Impl& im = *impl_;
+  ++im.passes;
   Backend& be = *backend_;
   const int64_t H = desc_.hidden;
-  ForwardInfo info{seq.pos, int(n), mode};
+  const size_t B = passes.size();
+  std::vector<ForwardInfo> infos;
+  std::vector<int64_t> pos0s, off(1, 0);  // row offsets of x; head_off: of the logits
+  head_off.assign(1, 0);
+  std::vector<int32_t> tokens;
+  for (const BatchPass& p : passes) {
+    infos.push_back(ForwardInfo{p.seq->pos, int(p.tokens.size()), mode});
+    pos0s.push_back(p.seq->pos);
+    tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
+    off.push_back(off.back() + int64_t(p.tokens.size()));
+    head_off.push_back(head_off.back() + (p.all_positions ? int64_t(p.tokens.size()) : 1));
+  }
+  const int64_t n = off.back(), rows = head_off.back();
 
   // Every buffer of the pass is sized before it runs (a recorded pass must not allocate). The token ids
-  // go to the embedding kernel and the position to device memory outside the recording, so one graph
+  // go to the embedding kernel and the positions to device memory outside the recording, so one graph
   // per shape serves every step.
   im.mixer_scratch.reserve(be, n);
   std::vector<Tensor> taps;
@@ -503,35 +545,86 @@ Tensor Model::queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, Forw
   std::vector<int> tap_of(im.taps.empty() ? 0 : im.mixers.size(), -1);  // layer → its tap, or -1
   for (size_t j = 0; j < im.taps.size(); ++j) tap_of[size_t(im.taps[j])] = int(j);
   Tensor x = im.x.f32(be, n, H), h = im.h.f32(be, n, H), out = im.out.f32(be, n, H);
-  const int64_t rows = all_positions ? n : 1;
   Tensor lg = im.logits.f32(be, rows, desc_.vocab);
-  be.upload(im.pos0->data(), &seq.pos, sizeof(int64_t));
+  be.upload(im.pos0->data(), pos0s.data(), B * sizeof(int64_t));
   im.embed->get_rows(tokens.data(), int(n), x);
   if (im.observer) im.observer(-1, x);
+  std::vector<std::vector<LayerState*>> states(im.mixers.size());
+  for (size_t i = 0; i < im.mixers.size(); ++i)
+    for (const BatchPass& p : passes) states[i].push_back(p.seq->states[i].get());
   auto pass = [&] {
     // Layer i's residual add and layer i + 1's norm are one op (add_rms_norm: one launch on the GPU).
     const size_t L = im.mixers.size();
     if (L > 0) be.rms_norm(x, static_cast<float*>(im.norms[0]->data()), desc_.eps, h);
     for (size_t i = 0; i < L; ++i) {
-      im.mixers[i]->forward(h, out, *seq.states[i], info);
+      if (B == 1) im.mixers[i]->forward(h, out, *states[i][0], infos[0]);
+      else im.mixers[i]->forward_batch(h, out, states[i], infos);
       if (i + 1 < L) be.add_rms_norm(x, out, static_cast<float*>(im.norms[i + 1]->data()), desc_.eps, h);
       else be.add(x, out, x);
       if (!tap_of.empty() && tap_of[i] >= 0) be.copy(x, taps[size_t(tap_of[i])]);
       if (im.observer) im.observer(int(i), x);
     }
-    Tensor last = all_positions ? x : x.slice_rows(n - 1, 1);
-    Tensor hn = h.slice_rows(0, rows);
-    be.rms_norm(last, static_cast<float*>(im.norm_f->data()), desc_.eps, hn);
-    im.lm_head->matmul(hn, lg);
-    if (im.observer) im.observer(int(im.mixers.size()), x);
+    // The final norm of each pass's rows (or its last row) into consecutive rows, then one LM head.
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t r = head_off[b + 1] - head_off[b];
+      be.rms_norm(x.slice_rows(off[b + 1] - r, r), static_cast<float*>(im.norm_f->data()), desc_.eps,
+                  h.slice_rows(head_off[b], r));
+    }
+    im.lm_head->matmul(h.slice_rows(0, rows), lg);
+    if (im.observer) im.observer(int(L), x);
   };
-  if (mode == ForwardMode::Verify) im.run_verify(be, seq, int(n), all_positions, pass);
-  else pass();
+  if (mode != ForwardMode::Verify) {
+    pass();
+  } else if (B == 1) {
+    im.run_verify(be, *passes[0].seq, int(n), passes[0].all_positions, pass);
+  } else if (!im.graph_stats.enabled || im.observer) {
+    ++im.graph_stats.eager;
+    pass();
+  } else {
+    // The Model's batch graphs: the launches bake in every sequence's state addresses and rows.
+    BatchKey key;
+    for (const BatchPass& p : passes) key.emplace_back(p.seq, int(p.tokens.size()), p.all_positions);
+    GraphCache<BatchKey>& cache = im.batch_graphs;
+    if (!cache.graphs.count(key) && (cache.graphs.size() >= kMaxBatchGraphs || cache.warm.size() >= 4 * kMaxBatchGraphs)) {
+      cache.graphs.clear();
+      cache.warm.clear();
+    }
+    im.run_graph(be, cache, key, int(n), pass);
+  }
   im.tapped = std::move(taps);
-  seq.pending = true;
-  seq.last = info;
+  for (size_t b = 0; b < B; ++b) {
+    passes[b].seq->pending = true;
+    passes[b].seq->last = infos[b];
+  }
   return lg;
 }
+
+void Model::forward_batch(const std::vector<BatchPass>& passes) {
+  static_assert(batch_max_rows <= graph_max_tokens, "a batch stays in the verify passes' kernel regime");
+  check(!passes.empty(), "forward_batch: no passes");
+  int64_t n = 0;
+  for (size_t b = 0; b < passes.size(); ++b) {
+    const BatchPass& p = passes[b];
+    const std::string what = "forward_batch: pass " + std::to_string(b);
+    check(p.seq != nullptr && p.logits != nullptr, what, ": no sequence or no logits");
+    for (size_t c = 0; c < b; ++c)
+      check(passes[c].seq != p.seq, what, ": the sequence of pass ", c, " again (one pass per sequence)");
+    check_pass(*p.seq, p.tokens, what);
+    n += int64_t(p.tokens.size());
+  }
+  // One sequence may take a pass of any length (it is forward()); several stay in the verify regime.
+  check(passes.size() == 1 || n <= batch_max_rows, "forward_batch: ", n, " rows in ", passes.size(),
+        " passes, at most ", batch_max_rows, " (Model::batch_max_rows)");
+  std::vector<int64_t> head_off;
+  const Tensor lg = queue_passes(passes, ForwardMode::Verify, head_off);
+  std::vector<float> all(size_t(lg.numel()));
+  backend_->download(all.data(), lg.data, lg.nbytes());
+  const size_t V = size_t(desc_.vocab);
+  for (size_t b = 0; b < passes.size(); ++b)
+    passes[b].logits->assign(all.begin() + long(size_t(head_off[b]) * V), all.begin() + long(size_t(head_off[b + 1]) * V));
+}
+
+int64_t Model::passes() const { return impl_->passes; }
 
 void Model::set_forward_observer(std::function<void(int, const Tensor&)> observer) {
   impl_->observer = std::move(observer);

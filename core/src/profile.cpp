@@ -108,7 +108,7 @@ class Node {
 
 void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.only({"host", "port", "api_key", "api_key_file", "metrics_key", "served_model_name", "aliases", "slots",
-          "max_queue", "queue_timeout", "max_body_bytes", "default_max_tokens", "prefill_chunk", "drain_timeout",
+          "max_queue", "queue_timeout", "max_body_bytes", "default_max_tokens", "prefill_chunk", "batch_rows", "drain_timeout",
           "sse_ping_interval", "strict_fields", "reasoning_budget", "reasoning_budget_message", "reasoning_effort",
           "special_tokens_in_user_content", "prefix_cache_bytes", "prefix_cache_every"});
   n.get("host", s.host, "an IP address");
@@ -126,6 +126,8 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.get("prefill_chunk", s.prefill_chunk, "an integer");
   n.get("prefix_cache_bytes", s.prefix_cache_bytes, "an integer number of bytes");
   n.get("prefix_cache_every", s.prefix_cache_every, "an integer number of tokens");
+
+  n.get("batch_rows", s.batch_rows, "an integer");
   n.get("drain_timeout", s.drain_timeout, "a number of seconds");
   n.get("sse_ping_interval", s.sse_ping_interval, "a number of seconds");
   n.get("strict_fields", s.strict_fields, "true or false");
@@ -141,6 +143,9 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   at_least("max_queue", s.max_queue, 0);
   at_least("default_max_tokens", s.default_max_tokens, 1);
   at_least("prefill_chunk", s.prefill_chunk, 1);
+  if (s.batch_rows)
+    check(*s.batch_rows >= 1 && *s.batch_rows <= Model::batch_max_rows, source, ": key 'server.batch_rows' must be in [1, ",
+          Model::batch_max_rows, "], found ", *s.batch_rows);
   at_least("max_body_bytes", s.max_body_bytes, 1024);
   at_least("reasoning_budget", s.reasoning_budget, -1);
   at_least("prefix_cache_bytes", s.prefix_cache_bytes, 0);

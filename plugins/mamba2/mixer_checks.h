@@ -4,6 +4,7 @@
 // Owner: n/a. Thread: any. Sync: none (host checks).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "scan_cpu.h"
 #include "tandem/error.h"
@@ -24,13 +25,22 @@ inline void check_activation(const Tensor& t, const char* what, int n, int hidde
         ", ", hidden, "]");
 }
 
-// x and out are [info.n, hidden] f32; the pass starts at the state's committed length.
-inline void check_forward(const Tensor& x, const Tensor& out, const ForwardInfo& info, int hidden, int64_t committed) {
+// A pass (of a forward, or one sequence's of a forward_batch) starts at the state's committed
+// length; x and out then hold [Σ n, hidden] f32 (check_activation).
+inline void check_pass_start(const ForwardInfo& info, int64_t committed) {
   check(info.n >= 0, "mamba2 forward: info.n must be >= 0, found ", info.n);
-  check_activation(x, "input x", info.n, hidden);
-  check_activation(out, "output", info.n, hidden);
   check(info.pos0 == committed, "mamba2 forward: info.pos0 is ", info.pos0, " but the state holds ", committed,
         " committed tokens");
+}
+
+
+// forward_batch's arguments: a state per pass, the passes' rows adding up to x's, verify passes only.
+inline void check_batch(const Tensor& x, const std::vector<LayerState*>& states, const std::vector<ForwardInfo>& infos) {
+  check(states.size() == infos.size(), "mamba2 forward_batch: ", states.size(), " states for ", infos.size(),
+        " passes");
+  (void)batch_row_offsets(infos, x.rows);
+  for (const ForwardInfo& i : infos)
+    check(i.mode == ForwardMode::Verify, "mamba2 forward_batch: a ", mode_name(i.mode), " pass, expected verify");
 }
 
 // A state `s` made for another layer shape than the mixer's `dm`.
@@ -76,6 +86,23 @@ struct PendingPass {
           ", pos0=", pos0, "}");
   }
 };
+
+// The states of B passes (forward: B = 1) as the mixer's state type S, checked against their passes
+// and x/out ([Σ n, hidden] f32), with their pending passes dropped; `state_of` casts one state.
+template <class S, class StateOf>
+std::vector<S*> begin_passes(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
+                             size_t B, int hidden, StateOf state_of, int64_t& rows) {
+  std::vector<S*> sts;
+  rows = 0;
+  for (size_t b = 0; b < B; ++b) {
+    sts.push_back(&state_of(*states[b]));
+    rows += infos[b].n;
+  }
+  for (size_t b = 0; b < B; ++b) check_pass_start(infos[b], sts[b]->pos());
+  check_activation(x, "input x", int(rows), hidden);
+  check_activation(out, "output", int(rows), hidden);
+  return sts;
+}
 
 // n_accepted within the last pass; a prefill is taken whole.
 inline void check_accepted(const ForwardInfo& last, int n_accepted) {

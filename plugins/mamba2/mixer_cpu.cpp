@@ -84,56 +84,81 @@ Mamba2State& Mamba2Mixer::state_of(LayerState& state, const char* what) const {
 }
 
 void Mamba2Mixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
-  Mamba2State& st = state_of(state, "forward");
-  check_forward(x, out, info, hidden_, st.pos_);
-  const int n = info.n;
-  const bool verify = info.mode == ForwardMode::Verify;
-  st.pass_.open = false;
+  LayerState* states[] = {&state};
+  run(x, out, states, &info, 1);
+}
+
+void Mamba2Mixer::forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                                const std::vector<ForwardInfo>& infos) {
+  check_batch(x, states, infos);
+  run(x, out, states.data(), infos.data(), infos.size());
+}
+
+// in_proj, the gated norm and out_proj on all rows of the B passes at once; Δ, the conv and the scan
+// per pass on its own rows and state. Each row's result is the one a pass of its sequence alone makes.
+void Mamba2Mixer::run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
+                      size_t B) {
+  int64_t n = 0;
+  std::vector<Mamba2State*> sts = begin_passes<Mamba2State>(
+      x, out, states, infos, B, hidden_, [&](LayerState& s) -> Mamba2State& { return state_of(s, "forward"); }, n);
+  for (Mamba2State* st : sts) st->pass_.open = false;
 
   if (n > 0) {
     Scratch& sc = t_scratch;
     const int64_t rows = dm_.rows, d_in = dm_.d_in, cdim = dm_.conv_dim;
-    float* proj = grow(sc.proj, n * rows);
-    w_.in_proj->matmul(x, Tensor::f32(proj, n, rows));
-    add_bias(proj, n, rows, w_.in_bias);
+    float* proj_all = grow(sc.proj, n * rows);
+    w_.in_proj->matmul(x, Tensor::f32(proj_all, n, rows));
+    add_bias(proj_all, n, rows, w_.in_bias);
+    float* y_all = grow(sc.y, n * d_in);
 
-    // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
-    float* dt = verify ? grow(st.dt_log_, int64_t(n) * dm_.nh) : grow(sc.dt, int64_t(n) * dm_.nh);
-    const bool clamp = !verify && desc_.clamp_dt_prefill;
-    for (int t = 0; t < n; ++t)
-      for (int h = 0; h < dm_.nh; ++h) {
-        float v = softplus(proj[t * rows + d_in + cdim + h] + w_.dt_bias[size_t(h)]);
-        dt[int64_t(t) * dm_.nh + h] = clamp ? std::max(v, desc_.time_step_min) : v;
+    int64_t r0 = 0;
+    for (size_t b = 0; b < B; ++b) {
+      Mamba2State& st = *sts[b];
+      const int nb = infos[b].n;
+      const bool verify = infos[b].mode == ForwardMode::Verify;
+      const float* proj = proj_all + r0 * rows;
+      float* y = y_all + r0 * d_in;
+      r0 += nb;
+      if (nb == 0) continue;
+
+      // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
+      float* dt = verify ? grow(st.dt_log_, int64_t(nb) * dm_.nh) : grow(sc.dt, int64_t(nb) * dm_.nh);
+      const bool clamp = !verify && desc_.clamp_dt_prefill;
+      for (int t = 0; t < nb; ++t)
+        for (int h = 0; h < dm_.nh; ++h) {
+          float v = softplus(proj[t * rows + d_in + cdim + h] + w_.dt_bias[size_t(h)]);
+          dt[int64_t(t) * dm_.nh + h] = clamp ? std::max(v, desc_.time_step_min) : v;
+        }
+
+      const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
+      float* xbc = verify ? grow(st.xbc_log_, nb * cdim) : grow(sc.xbc, nb * cdim);
+      conv_silu(st.conv_.data(), u, rows, nb, w_.conv_w.data(), w_.conv_b.empty() ? nullptr : w_.conv_b.data(),
+                cdim, dm_.K, xbc, cdim);
+
+      const ScanInput in{xbc, cdim, dt, nb};
+      grow(st.next_ssm_, int64_t(st.ssm_.size()));
+      if (verify) {
+        float* log = grow(st.u_log_, nb * cdim);
+        for (int t = 0; t < nb; ++t) std::memcpy(log + t * cdim, u + t * rows, size_t(cdim) * sizeof(float));
+        scan_steps(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
+      } else {
+        shift_window(st.conv_.data(), u, rows, nb, cdim, dm_.K, grow(st.next_conv_, int64_t(st.conv_.size())));
+        scan_chunked(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
       }
-
-    const float* u = proj + d_in;  // pre-conv xBC rows, stride `rows`
-    float* xbc = verify ? grow(st.xbc_log_, n * cdim) : grow(sc.xbc, n * cdim);
-    conv_silu(st.conv_.data(), u, rows, n, w_.conv_w.data(), w_.conv_b.empty() ? nullptr : w_.conv_b.data(),
-              cdim, dm_.K, xbc, cdim);
-
-    const ScanInput in{xbc, cdim, dt, n};
-    float* y = grow(sc.y, n * d_in);
-    grow(st.next_ssm_, int64_t(st.ssm_.size()));
-    if (verify) {
-      float* log = grow(st.u_log_, n * cdim);
-      for (int t = 0; t < n; ++t) std::memcpy(log + t * cdim, u + t * rows, size_t(cdim) * sizeof(float));
-      scan_steps(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
-    } else {
-      shift_window(st.conv_.data(), u, rows, n, cdim, dm_.K, grow(st.next_conv_, int64_t(st.conv_.size())));
-      scan_chunked(dm_, in, w_.a.data(), w_.d.data(), st.ssm_.data(), st.next_ssm_.data(), y);
     }
 
     // z is strided inside proj; the norm takes dense rows.
     float* z = grow(sc.z, n * d_in);
-    for (int t = 0; t < n; ++t) std::memcpy(z + t * d_in, proj + t * rows, size_t(d_in) * sizeof(float));
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(z + t * d_in, proj_all + t * rows, size_t(d_in) * sizeof(float));
     float* normed = grow(sc.normed, n * d_in);
-    backend_.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), w_.norm.data(), dm_.G,
+    backend_.gated_rms_norm(Tensor::f32(y_all, n, d_in), Tensor::f32(z, n, d_in), w_.norm.data(), dm_.G,
                             desc_.eps, Tensor::f32(normed, n, d_in));
     w_.out_proj->matmul(Tensor::f32(normed, n, d_in), out);
     add_bias(out.f32(), n, hidden_, w_.out_bias);
   }
 
-  st.pass_.record(info);
+  for (size_t b = 0; b < B; ++b) sts[b]->pass_.record(infos[b]);
 }
 
 void Mamba2Mixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {

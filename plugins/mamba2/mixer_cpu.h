@@ -54,11 +54,17 @@ class Mamba2Mixer : public Mixer {
   std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override;
   void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override;
 
+  // Verify passes of several sequences: the projections and the gated norm once on all rows, the
+  // conv and the scan per sequence (Mixer::forward_batch).
+  void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                     const std::vector<ForwardInfo>& infos) override;
+
   const Dims& dims() const { return dm_; }
   const Mamba2Weights& weights() const { return w_; }
 
  private:
   Mamba2State& state_of(LayerState& state, const char* what) const;
+  void run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos, size_t B);
 
   MambaDesc desc_;
   Dims dm_;

@@ -182,40 +182,70 @@ Mamba2CudaState& Mamba2CudaMixer::state_of(LayerState& state, const char* what) 
 }
 
 void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& state, const ForwardInfo& info) {
-  Mamba2CudaState& st = state_of(state, "forward");
-  check_forward(x, out, info, hidden_, st.pos_);
-  const int n = info.n;
-  const bool verify = info.mode == ForwardMode::Verify;
-  st.pass_.open = false;
+  LayerState* states[] = {&state};
+  run(x, out, states, &info, 1);
+}
 
-  if (n > 0) {
+void Mamba2CudaMixer::forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                                    const std::vector<ForwardInfo>& infos) {
+  check_batch(x, states, infos);
+  run(x, out, states.data(), infos.data(), infos.size());
+}
+
+// in_proj and out_proj on all rows of the B passes at once; everything between them per pass, on its
+// rows of the shared scratch and its own state: the kernels a pass of that sequence alone launches.
+void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
+                          size_t B) {
+  int64_t n_all = 0;
+  std::vector<Mamba2CudaState*> sts = begin_passes<Mamba2CudaState>(
+      x, out, states, infos, B, hidden_, [&](LayerState& s) -> Mamba2CudaState& { return state_of(s, "forward"); }, n_all);
+  for (Mamba2CudaState* st : sts) st->pass_.open = false;
+
+  if (n_all > 0) {
     CudaArena& ar = *arena_;
     Backend& be = backend_;
     const int64_t rows = dm_.rows, d_in = dm_.d_in, cdim = dm_.conv_dim;
-    float* proj = ar.proj.get(be, n * rows);
-    w_.in_proj->matmul(x, Tensor::f32(proj, n, rows));
-    if (w_.in_bias) launch_add_bias(proj, n, rows, f32(w_.in_bias), stream());
-    // Verify reads the committed window and state through the device selectors (a graph may replay
-    // this pass after commits); prefill is never recorded and takes the host's pointers.
-    const int* sel = static_cast<const int*>(st.sel_->data());
-    float* normed = ar.normed.get(be, n * d_in);
+    // Every scratch slot is sized for all rows before the first pass takes its slice of it.
+    float* proj_all = ar.proj.get(be, n_all * rows);
+    float* normed_all = ar.normed.get(be, n_all * d_in);
+    float* y_all = ar.y.get(be, n_all * d_in);
+    w_.in_proj->matmul(x, Tensor::f32(proj_all, n_all, rows));
+    if (w_.in_bias) launch_add_bias(proj_all, n_all, rows, f32(w_.in_bias), stream());
+    const bool verify_all = std::all_of(infos, infos + B, [](const ForwardInfo& i) { return i.mode == ForwardMode::Verify; });
+    float* z_all = verify_all && fused_verify_ ? nullptr : ar.z.get(be, n_all * d_in);
 
-    if (verify && fused_verify_) {
-      // Everything between the two matmuls in one kernel (scan_cuda.cuh: launch_verify_fused).
-      VerifyPass vp;
-      vp.proj = proj, vp.n = n;
-      vp.conv_w = f32(w_.conv_w), vp.conv_b = f32(w_.conv_b), vp.dt_bias = f32(w_.dt_bias);
-      vp.a = f32(w_.a), vp.d = f32(w_.d), vp.norm_w = f32(w_.norm), vp.eps = desc_.eps;
-      vp.windows = StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel};
-      vp.states = StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1};
-      vp.u_log = grow(st.u_log_, be, n * cdim);
-      vp.xbc_log = grow(st.xbc_log_, be, n * cdim);
-      vp.dt_log = grow(st.dt_log_, be, int64_t(n) * dm_.nh);
-      vp.y = ar.y.get(be, n * d_in);
-      vp.out = normed;
-      vp.counters = static_cast<unsigned*>(norm_counters_->data());
-      launch_verify_fused(dm_, vp, stream());
-    } else {
+    int64_t r0 = 0;
+    for (size_t b = 0; b < B; ++b) {
+      Mamba2CudaState& st = *sts[b];
+      const int n = infos[b].n;
+      const bool verify = infos[b].mode == ForwardMode::Verify;
+      float* proj = proj_all + r0 * rows;
+      float* normed = normed_all + r0 * d_in;
+      float* y = y_all + r0 * d_in;
+      float* z = z_all ? z_all + r0 * d_in : nullptr;
+      r0 += n;
+      if (n == 0) continue;
+      // Verify reads the committed window and state through the device selectors (a graph may replay
+      // this pass after commits); prefill is never recorded and takes the host's pointers.
+      const int* sel = static_cast<const int*>(st.sel_->data());
+
+      if (verify && fused_verify_) {
+        // Everything between the two matmuls in one kernel (scan_cuda.cuh: launch_verify_fused).
+        VerifyPass vp;
+        vp.proj = proj, vp.n = n;
+        vp.conv_w = f32(w_.conv_w), vp.conv_b = f32(w_.conv_b), vp.dt_bias = f32(w_.dt_bias);
+        vp.a = f32(w_.a), vp.d = f32(w_.d), vp.norm_w = f32(w_.norm), vp.eps = desc_.eps;
+        vp.windows = StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel};
+        vp.states = StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1};
+        vp.u_log = grow(st.u_log_, be, n * cdim);
+        vp.xbc_log = grow(st.xbc_log_, be, n * cdim);
+        vp.dt_log = grow(st.dt_log_, be, int64_t(n) * dm_.nh);
+        vp.y = y;
+        vp.out = normed;
+        vp.counters = static_cast<unsigned*>(norm_counters_->data());
+        launch_verify_fused(dm_, vp, stream());
+        continue;
+      }
       // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
       float* dt = verify ? grow(st.dt_log_, be, int64_t(n) * dm_.nh) : ar.dt.get(be, int64_t(n) * dm_.nh);
       launch_dt(proj, rows, d_in + cdim, f32(w_.dt_bias), dm_.nh, n, !verify && desc_.clamp_dt_prefill,
@@ -228,7 +258,7 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
       ConvSide side;
       side.z_src = proj;
       side.z_cols = d_in;
-      side.z_out = ar.z.get(be, n * d_in);
+      side.z_out = z;
       if (verify) {
         side.u_log = grow(st.u_log_, be, n * cdim);
         launch_conv_silu(StatePair{{st.conv_pair_[0], st.conv_pair_[1]}, sel}, u, rows, n, f32(w_.conv_w),
@@ -239,7 +269,6 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
       }
 
       const ScanInput in{xbc, cdim, dt, n};
-      float* y = ar.y.get(be, n * d_in);
       if (verify) {
         launch_scan_steps(dm_, in, f32(w_.a), f32(w_.d), StatePair{{st.ssm_pair_[0], st.ssm_pair_[1]}, sel + 1}, y,
                           stream());
@@ -248,14 +277,14 @@ void Mamba2CudaMixer::forward(const Tensor& x, const Tensor& out, LayerState& st
         void* ws = ar.workspace.get(be, int64_t(scan_chunked_workspace_bytes(dm_, n) / sizeof(float)) + 1);
         launch_scan_chunked(dm_, in, f32(w_.a), f32(w_.d), f32(st.ssm_), f32(st.next_ssm_), y, ws, stream());
       }
-      be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(side.z_out, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
+      be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
                         Tensor::f32(normed, n, d_in));
     }
-    w_.out_proj->matmul(Tensor::f32(normed, n, d_in), out);
-    if (w_.out_bias) launch_add_bias(out.f32(), n, hidden_, f32(w_.out_bias), stream());
+    w_.out_proj->matmul(Tensor::f32(normed_all, n_all, d_in), out);
+    if (w_.out_bias) launch_add_bias(out.f32(), n_all, hidden_, f32(w_.out_bias), stream());
   }
 
-  st.pass_.record(info);
+  for (size_t b = 0; b < B; ++b) sts[b]->pass_.record(infos[b]);
 }
 
 void Mamba2CudaMixer::commit(LayerState& state, const ForwardInfo& last, int n_accepted) {

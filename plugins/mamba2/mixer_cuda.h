@@ -79,6 +79,11 @@ class Mamba2CudaMixer : public Mixer {
   std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override;
   void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override;
 
+  // Verify passes of several sequences: in_proj and out_proj once on all rows, the kernels between
+  // them per sequence (Mixer::forward_batch).
+  void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                     const std::vector<ForwardInfo>& infos) override;
+
   const Dims& dims() const { return dm_; }
   // Tests: fills the shared scratch (y, z, normed) with NaN, so a pass that leaves any entry unwritten
   // shows in its output.
@@ -86,6 +91,7 @@ class Mamba2CudaMixer : public Mixer {
 
  private:
   Mamba2CudaState& state_of(LayerState& state, const char* what) const;
+  void run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos, size_t B);
 
   MambaDesc desc_;
   Dims dm_;

@@ -147,6 +147,12 @@ struct DraftedRequest::State {
   size_t prefilled = 0;
   bool started = false;
   bool ended = false;
+  // The planned verify pass (plan() → finish()).
+  bool planned = false;
+  int k = 0, drafter = -1;
+  double draft_seconds = 0;
+  Clock::time_point verify_start;
+  int64_t tap_row0 = 0;  // the pass's first row in the model's taps
 
   State(Drafting::Impl& i, Sequence& s, const SamplingParams& p, Rng& r) : im(i), seq(s), sampling(p), rng(r) {}
 
@@ -160,7 +166,7 @@ struct DraftedRequest::State {
     for (int l : h.layers) {
       const size_t j = size_t(std::lower_bound(taps.begin(), taps.end(), l) - taps.begin());
       check(j < taps.size() && taps[j] == l, "drafting: the model no longer taps layer ", l, " (set_taps was called)");
-      h.states.push_back(im.model.tap(j).slice_rows(0, rows));
+      h.states.push_back(im.model.tap(j).slice_rows(tap_row0, rows));
     }
     return h;
   }
@@ -212,6 +218,7 @@ void DraftedRequest::prefilled(int64_t pos0, size_t n) {
   check(n >= 1 && s.prefilled + n <= s.prompt.size(), "drafted request: a prefill of ", n, " tokens after ",
         s.prefilled, " of the prompt's ", s.prompt.size());
   s.prefilled += n;
+  s.tap_row0 = 0;
   for (size_t d = 0; d < s.specs.size(); ++d)
     if (!s.im.slots[d].layers.empty()) s.specs[d]->observe_prompt(s.hidden(d, pos0, int64_t(n)));
 }
@@ -258,15 +265,23 @@ const DraftMetrics& DraftedRequest::metrics() const { return st_->m; }
 
 bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   State& s = *st_;
+  bool all = false;
+  plan(max_tokens, s.block, all);
+  s.im.model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, all);
+  return finish(s.logits, hooks, 0);
+}
+
+void DraftedRequest::plan(int max_tokens, std::vector<int32_t>& tokens, bool& all_positions) {
+  State& s = *st_;
   check(s.started, "drafted request: step() before start()");
   check(!s.ended, "drafted request: step() after the request ended");
   check(max_tokens >= 1, "drafted request: step() needs max_tokens ≥ 1, found ", max_tokens);
+  check(!s.planned, "drafted request: plan() twice without finish()");
   Drafting::Impl& im = s.im;
   Model& model = im.model;
   StairCut& sc = *im.staircut;
   DraftMetrics& m = s.m;
   const int64_t V = model.desc().vocab;
-  const bool greedy = s.sampling.temperature == 0.0f;
   const size_t nd = im.slots.size();
 
   const int32_t anchor = s.history.back();
@@ -306,16 +321,40 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   const Draft* chain = k > 0 ? &s.drafts[size_t(pick.drafter)] : nullptr;
   s.block.assign(1, anchor);
   if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
+  s.planned = true;
+  s.k = k;
+  s.drafter = pick.drafter;
+  s.draft_seconds = draft_seconds;
+  if (&tokens != &s.block) tokens = s.block;
+  all_positions = k > 0;
+  s.verify_start = Clock::now();
+}
 
-  auto tv = Clock::now();
+bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, int64_t tap_row0) {
+  State& s = *st_;
+  check(s.planned, "drafted request: finish() without plan()");
+  s.planned = false;
+  s.tap_row0 = tap_row0;
+  Drafting::Impl& im = s.im;
+  Model& model = im.model;
+  StairCut& sc = *im.staircut;
+  DraftMetrics& m = s.m;
+  const int64_t V = model.desc().vocab;
+  const bool greedy = s.sampling.temperature == 0.0f;
+  const int k = s.k;
+  const Draft* chain = k > 0 ? &s.drafts[size_t(s.drafter)] : nullptr;
+  const double draft_seconds = s.draft_seconds;
+  const auto tv = s.verify_start;
   const int64_t pos0 = s.seq.pos;
-  model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, k > 0);
+  check(int64_t(logits.size()) == int64_t(k > 0 ? k + 1 : 1) * V, "drafted request: finish() got ", logits.size(),
+        " logits for a pass of ", k + 1, " rows of ", V);
+
   int accepted = 0, tried = 0;
   // Row i holds the target's logits for the position after block[i]; a token is picked from it the
   // way plain decoding would (forced, or drawn after the caller's edits), and draft i + 1 survives
   // only if it is that token.
   for (int i = 0; i <= k && !s.ended; ++i) {
-    float* row = s.logits.data() + size_t(i) * size_t(V);
+    float* row = logits.data() + size_t(i) * size_t(V);
     int32_t tok = 0;
     bool ok = false;
     if (hooks.observe) hooks.observe(row);
@@ -351,7 +390,7 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   if (k == 0) {
     ++m.plain_steps;
   } else {
-    auto& pd = m.drafters[size_t(pick.drafter)];
+    auto& pd = m.drafters[size_t(s.drafter)];
     ++m.drafts, ++pd.drafts;
     m.drafted_tokens += k, pd.drafted_tokens += k;
     m.accepted_tokens += accepted, pd.accepted_tokens += accepted;

@@ -73,6 +73,36 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
     model_.forward_commit(*seq_, {last_}, ForwardMode::Verify, logits_, false);
   }
+  return pick(hooks, row_at);
+}
+
+void Generation::plan(int max_tokens, Model::BatchPass& pass) {
+  check(decoding() && !planned_, "generate: plan() needs a decoding request without a planned pass");
+  check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");
+  planned_ = true;
+  pass.seq = seq_.get();
+  pass.logits = &logits_;
+  if (drafted_ && drafted_->started()) {
+    drafted_->plan(max_tokens, pass.tokens, pass.all_positions);
+  } else {
+    pass.tokens.assign(1, last_);
+    pass.all_positions = false;
+  }
+}
+
+bool Generation::finish(const StepHooks& hooks, int64_t tap_row0) {
+  check(planned_, "generate: finish() without plan()");
+  planned_ = false;
+  if (drafted_ && drafted_->started()) {
+    ++steps_;
+    ended_ = !drafted_->finish(logits_, hooks, tap_row0);
+    return !ended_;
+  }
+  model_.commit(*seq_, 1);
+  return pick(hooks, 0);
+}
+
+bool Generation::pick(const StepHooks& hooks, size_t row_at) {
   ++steps_;
   float* row = logits_.data() + row_at;
   int32_t tok = 0;

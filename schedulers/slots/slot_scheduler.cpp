@@ -1,5 +1,6 @@
 // The engine thread: admission from the FIFO queue, one step of each busy slot's Generation per
-// round (generation.h: a prefill chunk, a plain step or a drafted verify pass), sampling with the
+// round (generation.h: a prefill chunk, a plain step or a drafted verify pass; the decoding slots'
+// passes in one Model::forward_batch), sampling with the
 // request's penalties and biases, and the end of each job (stop, length, abort, error). The step
 // hooks are the same per-token rules plain or drafted (forced tokens, penalties, bias, min_tokens,
 // grammar masks), applied to each verified row in order: a draft survives only if it is the token
@@ -91,6 +92,8 @@ SlotScheduler::SlotScheduler(Model& model, std::shared_ptr<const TextCodec> code
     : model_(model), codec_(std::move(codec)), events_(events), options_(options) {
   check(options_.slots >= 1, "--slots must be at least 1, found ", options_.slots);
   check(options_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, found ", options_.prefill_chunk);
+  check(options_.batch_rows >= 1 && options_.batch_rows <= Model::batch_max_rows, "batch_rows must be in [1, ",
+        Model::batch_max_rows, "], found ", options_.batch_rows);
   if (options_.prefix_cache.bytes != 0)
     prefix_cache_ = std::make_unique<PrefixCache>(model_, options_.prefix_cache, options_.prefill_chunk);
   end_ids_.assign(model_.desc().eos_ids.begin(), model_.desc().eos_ids.end());
@@ -182,12 +185,18 @@ void SlotScheduler::run() {
       if (stop_ && queue_.empty() && running_ == 0) return;
       admit_locked(Clock::now());
     }
-    // One step per busy slot, starting one further each round so no slot always goes first.
+    // One step per busy slot, starting one further each round so no slot always goes first: the
+    // decoding slots' passes batched, then each prefilling slot's chunk.
     size_t n = slots_.size();
+    std::vector<Slot*> decoding, prefilling;
     for (size_t k = 0; k < n; ++k) {
       Slot& s = *slots_[(next_ + k) % n];
       if (!s.job) continue;
-      step(s);
+      (s.gen && s.gen->decoding() ? decoding : prefilling).push_back(&s);
+    }
+    if (!decoding.empty()) decode(decoding);
+    for (Slot* s : prefilling) {
+      step(*s);
       if (options_.after_step) options_.after_step();
     }
     next_ = (next_ + 1) % n;
@@ -251,42 +260,125 @@ void SlotScheduler::publish(const Slot& s) {
   i.n_past = s.gen ? s.gen->position() : 0;
 }
 
-void SlotScheduler::step(Slot& s) {
+// One slot's step in flight: its hooks, what they saw, and its pass when it joins a batch.
+struct SlotScheduler::Turn {
+  Slot* slot = nullptr;
+  const char* reason = nullptr;  // the finish reason once emit() said to stop
+  bool forced = false;
+  StepHooks hooks;
+  Model::BatchPass pass;
+  bool ok = true;  // false once the slot failed (it is finished already)
+};
+
+bool SlotScheduler::ready(Slot& s) {
   Job& j = *s.job;
   if (j.cancelled() != Job::Cancel::none) {
     finish(s, "abort", j.cancelled() == Job::Cancel::server ? std::optional<RequestError>(shutting_down())
                                                              : std::nullopt);
-    return;
+    return false;
   }
-  // The request's rules at every position, plain or drafted: the reasoning budget's close goes in
-  // at its real positions one token a step, then penalties, bias, min_tokens and grammar masks.
-  const char* reason = nullptr;
-  bool forced = false;
-  StepHooks hooks;
-  hooks.forced = [&](int32_t& tok) { return forced = s.control && s.control->forced(tok); };
-  hooks.process = [&](float* row) { process(s, row); };
-  hooks.emit = [&](int32_t tok) { return !(reason = on_token(s, tok, forced)); };
-  const int64_t vocab = model_.desc().vocab;
-  if (j.logprobs >= 0) hooks.observe = [&](const float* row) { s.row.assign(row, row + vocab); };
-  if (j.prompt_logprobs)
-    hooks.prompt_row = [&](size_t i, const float* row) {
-      j.emit_prompt(token_logprobs(row, vocab, j.prompt[i + 1], std::max(j.logprobs, 0)));
-    };
   try {
     if (!s.gen)
       s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
                                            j.params.sampling, prefix_cache_.get());
-    // Only the prompt (max_tokens 0) ends with the prefill, before any token.
-    if (!s.gen->step(j.max_tokens - s.generated, hooks) && !reason) reason = "length";
   } catch (const std::exception& e) {
-    spdlog::error("request {}: {}", j.request_id, e.what());
-    finish(s, "error", RequestError{RequestError::Kind::internal, "internal_error", "",
-                                    std::string("generation failed: ") + e.what()});
+    failed(s, e);
+    return false;
+  }
+  return true;
+}
+
+// The request's rules at every position, plain or drafted: the reasoning budget's close goes in at
+// its real positions one token a step, then penalties, bias, min_tokens and grammar masks.
+void SlotScheduler::bind(Turn& t) {
+  Slot& s = *t.slot;
+  t.hooks.forced = [&t, &s](int32_t& tok) { return t.forced = s.control && s.control->forced(tok); };
+  t.hooks.process = [this, &s](float* row) { process(s, row); };
+  t.hooks.emit = [this, &t, &s](int32_t tok) { return !(t.reason = on_token(s, tok, t.forced)); };
+  Job& j = *s.job;
+  const int64_t vocab = model_.desc().vocab;
+  if (j.logprobs >= 0) t.hooks.observe = [&s, vocab](const float* row) { s.row.assign(row, row + vocab); };
+  if (j.prompt_logprobs)
+    t.hooks.prompt_row = [&j, vocab](size_t i, const float* row) {
+      j.emit_prompt(token_logprobs(row, vocab, j.prompt[i + 1], std::max(j.logprobs, 0)));
+    };
+}
+
+void SlotScheduler::failed(Slot& s, const std::exception& e) {
+  spdlog::error("request {}: {}", s.job->request_id, e.what());
+  finish(s, "error", RequestError{RequestError::Kind::internal, "internal_error", "",
+                                  std::string("generation failed: ") + e.what()});
+}
+
+void SlotScheduler::ended(Turn& t) {
+  // The job ends only after the pass: the Sequence must outlive the commit that closes it.
+  if (t.reason) finish(*t.slot, t.reason);
+  else if (t.slot->gen->prefilling()) publish(*t.slot);
+}
+
+void SlotScheduler::step(Slot& s) {
+  if (!ready(s)) return;
+  Turn t;
+  t.slot = &s;
+  bind(t);
+  try {
+    // Only the prompt (max_tokens 0) ends with the prefill, before any token.
+    if (!s.gen->step(s.job->max_tokens - s.generated, t.hooks) && !t.reason) t.reason = "length";
+  } catch (const std::exception& e) {
+    failed(s, e);
     return;
   }
-  // The job ends only after the pass: the Sequence must outlive the commit that closes it.
-  if (reason) finish(s, reason);
-  else if (s.gen->prefilling()) publish(s);
+  ended(t);
+}
+
+// The decoding slots' passes, in forwards of at most batch_rows rows (a slot's pass is never split):
+// each slot plans its pass, one forward_batch runs the group, then each slot commits and emits.
+void SlotScheduler::decode(const std::vector<Slot*>& slots) {
+  std::vector<std::unique_ptr<Turn>> turns;  // stable addresses: the hooks refer to them
+  for (Slot* s : slots) {
+    if (!ready(*s)) continue;
+    auto t = std::make_unique<Turn>();
+    t->slot = s;
+    bind(*t);
+    try {
+      s->gen->plan(s->job->max_tokens - s->generated, t->pass);
+    } catch (const std::exception& e) {
+      failed(*s, e);
+      continue;
+    }
+    turns.push_back(std::move(t));
+  }
+  for (size_t first = 0; first < turns.size();) {
+    size_t last = first;
+    int64_t rows = 0;
+    std::vector<Model::BatchPass> passes;
+    while (last < turns.size() &&
+           (passes.empty() || rows + int64_t(turns[last]->pass.tokens.size()) <= options_.batch_rows)) {
+      rows += int64_t(turns[last]->pass.tokens.size());
+      passes.push_back(turns[last++]->pass);
+    }
+    try {
+      model_.forward_batch(passes);
+    } catch (const std::exception& e) {
+      for (size_t i = first; i < last; ++i) failed(*turns[i]->slot, e), turns[i]->ok = false;
+    }
+    int64_t row0 = 0;
+    for (size_t i = first; i < last; ++i) {
+      Turn& t = *turns[i];
+      const int64_t tap_row0 = row0;
+      row0 += int64_t(t.pass.tokens.size());
+      if (!t.ok) continue;
+      try {
+        t.slot->gen->finish(t.hooks, tap_row0);
+      } catch (const std::exception& e) {
+        failed(*t.slot, e);
+        continue;
+      }
+      ended(t);
+    }
+    if (options_.after_step) options_.after_step();
+    first = last;
+  }
 }
 
 void SlotScheduler::process(Slot& s, float* l) {

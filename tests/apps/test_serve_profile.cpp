@@ -77,6 +77,7 @@ server:
   EXPECT_EQ(*s.reasoning_effort, "medium");
   // Unset keys stay unset, so the server's defaults and the flags decide.
   EXPECT_FALSE(parse_profile("model: m\nserver: {port: 1}\n", "/cfg/p.yaml").server.slots.has_value());
+  EXPECT_EQ(*parse_profile("model: m\nserver: {batch_rows: 8}\n", "/cfg/p.yaml").server.batch_rows, 8);
 }
 
 TEST(ServeProfile, ErrorsNameKeyAndFile) {
@@ -88,6 +89,8 @@ TEST(ServeProfile, ErrorsNameKeyAndFile) {
       {"model: m\nserver: {port: high}\n", "/cfg/p.yaml: key 'server.port' must be an integer, found 'high'"},
       {"model: m\nserver: {port: 70000}\n", "key 'server.port' must be in [0, 65535]"},
       {"model: m\nserver: {slots: 0}\n", "key 'server.slots' must be at least 1"},
+      {"model: m\nserver: {batch_rows: 17}\n", "key 'server.batch_rows' must be in [1, 16], found 17"},
+      {"model: m\nserver: {batch_rows: 0}\n", "key 'server.batch_rows' must be in [1, 16], found 0"},
       {"model: m\nserver: {api_key: {a: b}}\n", "key 'server.api_key' must be a string or a list of strings"},
       {"model: m\nserver: {aliases: [[a]]}\n", "key 'server.aliases' must be a string or a list of strings"},
       {"model: m\nserver: {strict_fields: maybe}\n", "key 'server.strict_fields' must be true or false"},

@@ -58,7 +58,38 @@ class Mixer {
     (void)snapshot, (void)state;
     fail("this layer's mixer cannot restore a copy of its state (prefix checkpoints), asked at position ", pos);
   }
+
+  // Optional: verify passes of several sequences in one call (Model::forward_batch). x and out hold
+  // the sequences' rows concatenated in order: sequence b owns infos[b].n rows starting at the sum of
+  // the earlier infos' n, at positions infos[b].pos0 … of states[b]. Each sequence's rows must come
+  // out bit for bit as forward() of those rows alone would make them, and each state is left pending
+  // as that forward() leaves it (commit() takes infos[b]). A mixer overrides this to run what does
+  // not depend on a sequence (projections, experts) once on all rows, which reads its weights once.
+  // Default: forward() on each sequence's row slice, one after another.
+  virtual void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                             const std::vector<ForwardInfo>& infos);
 };
+
+// Rows of sequence b in a forward_batch start at batch_row_offsets(infos, rows)[b]; the last entry is
+// the total (size infos.size() + 1). Errors: a pass of no rows, rows that do not add up to `rows`
+// (the batch's x).
+inline std::vector<int64_t> batch_row_offsets(const std::vector<ForwardInfo>& infos, int64_t rows) {
+  std::vector<int64_t> off(1, 0);
+  for (const ForwardInfo& i : infos) {
+    check(i.n > 0, "forward_batch: a sequence's pass has ", i.n, " rows, expected at least 1");
+    off.push_back(off.back() + i.n);
+  }
+  check(off.back() == rows, "forward_batch: the sequences' passes have ", off.back(), " rows, x has ", rows);
+  return off;
+}
+
+inline void Mixer::forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
+                                 const std::vector<ForwardInfo>& infos) {
+  check(states.size() == infos.size(), "forward_batch: ", states.size(), " states for ", infos.size(), " passes");
+  const std::vector<int64_t> off = batch_row_offsets(infos, x.rows);
+  for (size_t b = 0; b < infos.size(); ++b)
+    forward(x.slice_rows(off[b], infos[b].n), out.slice_rows(off[b], infos[b].n), *states[b], infos[b]);
+}
 
 // Loads the weights of one layer by names relative to the layer's mixer prefix
 // ("in_proj" → "backbone.layers.3.mixer.in_proj"). Shape mismatches and missing tensors are errors

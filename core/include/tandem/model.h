@@ -131,6 +131,34 @@ class TANDEM_API Model {
   // order and do not synchronize; every layer's mixer must support it (Mixer::snapshot).
   std::unique_ptr<SequenceSnapshot> snapshot(const Sequence& seq) const;
   void restore(const SequenceSnapshot& snap, Sequence& seq) const;
+
+
+  // One verify pass of several sequences (the busy slots of a server step): each BatchPass's tokens
+  // run at positions seq.pos …, its logits go to *logits as forward() would write them, and each
+  // sequence is left pending until its own commit(seq, n). The rows are the passes' tokens
+  // concatenated; whatever does not depend on a sequence (embedding, norms, MoE and MLP layers, the
+  // projections of Mamba2 and attention layers, the LM head) runs once on all rows, so the weights are
+  // read once per step, and only the per-sequence core of a stateful mixer (Mixer::forward_batch)
+  // runs per sequence. Bit-exact: every sequence's logits equal forward() of it alone, because every
+  // kernel's result for a row does not depend on the other rows of a pass of at most
+  // batch_max_rows rows (the verify regime: the same row limit as graph_max_tokens, above which
+  // matmuls may switch to tiled kernels). One pass runs as forward() (graphs included); several run
+  // op by op the first time, from graphs the Model keeps per batch shape (the sequences, their rows
+  // and all_positions) after that. Taps hold the batch's rows in order (tap(j): [total rows, hidden]).
+  // Errors: no passes, a sequence twice, a pass of no tokens, more than batch_max_rows rows in
+  // several passes (one pass may be longer), and forward()'s own checks (context, token ids), naming
+  // the pass.
+  struct BatchPass {
+    Sequence* seq = nullptr;
+    std::vector<int32_t> tokens;
+    bool all_positions = false;
+    std::vector<float>* logits = nullptr;  // out: [n, vocab] or [vocab]
+  };
+  static constexpr int batch_max_rows = 16;
+  void forward_batch(const std::vector<BatchPass>& passes);
+  // Model passes run since the load (forward, forward_commit and forward_batch each count one), for
+  // tests and benchmarks that check how many passes a step took.
+  int64_t passes() const;
   // Optional (benchmarks, tests): called from forward() with -1 after the embedding, i after layer i
   // and n_layers after the head, before the logits are downloaded, with the pass's residual stream x
   // [n, hidden] (f32 on backend(); after the head it still holds the last layer's output). Nothing
@@ -172,6 +200,11 @@ class TANDEM_API Model {
   Model();
   // forward() up to the logits: queues the pass and returns the device logits tensor.
   Tensor queue_pass(Sequence& seq, const std::vector<int32_t>& tokens, ForwardMode mode, bool all_positions);
+  // Queues checked passes (one of either mode, or several verify passes) as one forward: their rows
+  // concatenated; returns the device logits, whose rows for pass b start at head_off[b].
+  Tensor queue_passes(const std::vector<BatchPass>& passes, ForwardMode mode, std::vector<int64_t>& head_off);
+  // Checks a pass of `tokens` on `seq` (`what` names it in errors).
+  void check_pass(const Sequence& seq, const std::vector<int32_t>& tokens, const std::string& what) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   ModelDesc desc_;

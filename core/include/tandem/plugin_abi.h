@@ -18,7 +18,8 @@ extern "C" {
  * converter.h). 6 (2026-12-01): writer and converter kinds; Backend::copy, graphs_off_reason,
  * is_host; LayerFactory::kind; Speculator taps. 7 (2026-12-01): Backend lanes (fork, lane,
  * wait_lane, join), Graph node counts, fused matmul epilogues (QuantizedTensor::matmul_fused_raw,
- * ExpertSet::gather_matmul_fused). 8 (2026-12-02): Mixer::snapshot / restore (prefix checkpoints). */
+ * ExpertSet::gather_matmul_fused). 8 (2026-12-02): Mixer::snapshot / restore (prefix checkpoints), Mixer::forward_batch (several
+ * sequences in one pass). */
 #define TANDEM_PLUGIN_ABI_VERSION 8u
 
 enum tandem_kind {

@@ -24,6 +24,7 @@ struct ServerProfile {
   std::optional<std::string> served_model_name;
   std::optional<std::vector<std::string>> aliases;  // a string or a list
   std::optional<int> slots, max_queue, default_max_tokens, prefill_chunk;
+  std::optional<int> batch_rows;  // rows of the decoding slots' passes per forward: 1 … Model::batch_max_rows
   std::optional<int64_t> max_body_bytes;
   // Prefix checkpoints (schedulers/slots prefix_cache.h): their byte budget (0 = off) and the tokens
   // between them (a multiple of prefill_chunk; 0 = every chunk).

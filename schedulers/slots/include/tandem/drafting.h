@@ -108,6 +108,13 @@ class TANDEM_API DraftedRequest {
   bool started() const;
   // One verify pass emitting at most `max_tokens` (≥ 1) tokens. Returns false once hooks.emit did.
   bool step(int max_tokens, const StepHooks& hooks);
+  // step() split around its verify pass (Generation::plan/finish): plan() proposes and picks the
+  // chain, giving the pass's tokens (anchor and drafts) and whether it needs every position's logits;
+  // the caller runs that pass on the request's sequence into the Sequence's logits it hands to
+  // finish() through Model::BatchPass; finish() accepts, emits and commits. `tap_row0`: the first row
+  // of this pass in the model's taps (0 when it ran alone).
+  void plan(int max_tokens, std::vector<int32_t>& tokens, bool& all_positions);
+  bool finish(std::vector<float>& logits, const StepHooks& hooks, int64_t tap_row0);
   // This request's numbers so far (generated_tokens counts `first`); they join the Drafting's totals
   // on destruction once started.
   const DraftMetrics& metrics() const;

@@ -35,6 +35,15 @@ class TANDEM_API Generation {
   // rules (forced, process, then a draw) and handed to hooks.emit in order. Returns false once the
   // request ended: hooks.emit returned false, or the prefill finished with max_tokens = 0.
   bool step(int max_tokens, const StepHooks& hooks);
+  // step() of a decode or verify pass split around the model's forward, so that a caller runs the
+  // passes of several Generations in one Model::forward_batch (SlotScheduler): plan() fills `pass`
+  // with this sequence's tokens (1 row, or a drafted step's anchor and drafts) and its logits buffer;
+  // once the forward ran, finish() commits and emits as step() does (`tap_row0`: the pass's first row
+  // in the model's taps). Between the two nothing else may run on this Generation. The tokens are
+  // those step() would emit (the same logits bits, the same draws). Needs decoding().
+  bool decoding() const { return !ended_ && !prefilling(); }
+  void plan(int max_tokens, Model::BatchPass& pass);
+  bool finish(const StepHooks& hooks, int64_t tap_row0);
 
   bool prefilling() const { return prefilled_ < prompt_.size(); }
   size_t prefilled() const { return prefilled_; }  // prompt tokens in the sequence, restored ones included
@@ -63,6 +72,11 @@ class TANDEM_API Generation {
   int64_t steps_ = 0;
   int32_t last_ = 0;
   bool ended_ = false;
+  bool planned_ = false;  // plan() ran, finish() did not yet
+
+  // Picks and emits the token of the row of logits_ at row_at (a plain step's row; after an echoed
+  // prefill the last of its rows).
+  bool pick(const StepHooks& hooks, size_t row_at);
 };
 
 // Runs a Generation to the end with generate()'s stopping rules (EOS, max_tokens, on_token).

@@ -1,7 +1,8 @@
 // The queue in front of N slots and the one engine thread that drives the Model: each round it
-// admits queued jobs into free slots, then gives every busy slot one step (a prefill chunk, one
-// decode token, or with drafters one verify pass of 1..k+1 tokens), round-robin, so slots take
-// turns on the single-threaded Model.
+// admits queued jobs into free slots, then gives every busy slot one step: the decoding slots
+// together, their passes (one decode token, or with drafters a verify pass of 1..k+1 tokens) in one
+// Model::forward_batch of at most batch_rows rows (more rows: several), then each prefilling slot
+// its next prefill chunk, round-robin. A slot's tokens are those of its request run alone.
 // Owner: the SlotScheduler owns its thread, its slots and their Sequences, and borrows the Model, the
 // codec and the metrics, which must outlive it. A Job is shared (std::shared_ptr) by the HTTP side
 // and the engine. Thread: submit/close/cancel_all/counts/slots from any thread; Job::take and
@@ -153,7 +154,11 @@ struct SchedulerOptions {
   // Drafters (profile `draft:`, `tandem serve --draft`); none = plain decoding. Each slot gets its
   // own Drafting (StairCut keeps per-request state); the verify costs are measured once.
   DraftOptions draft;
-  std::function<void()> after_step;  // tests: called on the engine thread after every slot step
+  // Rows of the decoding slots' passes that one forward takes (profile `batch_rows`; 1 … 16,
+  // Model::batch_max_rows): slots whose passes do not fit run in further forwards of the step.
+  int batch_rows = Model::batch_max_rows;
+  // Tests: called on the engine thread after every prefill step and every batched decode forward.
+  std::function<void()> after_step;
 };
 
 struct SlotInfo {
@@ -186,9 +191,15 @@ class SlotScheduler {
 
  private:
   struct Slot;
+  struct Turn;
   void run();
   void admit_locked(Clock::time_point now);
+  bool ready(Slot& s);  // false when the slot's job ended (cancelled, or its request failed)
+  void bind(Turn& t);   // the turn's step hooks
+  void failed(Slot& s, const std::exception& e);
+  void ended(Turn& t);  // after the slot's step: finish the job, or publish its progress
   void step(Slot& s);
+  void decode(const std::vector<Slot*>& slots);
   void process(Slot& s, float* logits);
   const char* on_token(Slot& s, int32_t token, bool forced);  // the finish reason, or null to go on
   void finish(Slot& s, const std::string& reason, std::optional<RequestError> error = std::nullopt);
