@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "bench_asks.h"
+#include "bench_concurrent.h"
 #include "bench_draft.h"
 #include "cli.h"
 #include "tandem/slot_scheduler.h"
@@ -72,6 +73,7 @@ constexpr const char* kLaunchesCounted =
 
 struct Report {
   std::string command, date, commit, model, format, device, pattern;
+  std::vector<ConcurrentRun> concurrent;  // --concurrent
   size_t weight_bytes = 0, decode_bytes = 0, plan_decode_bytes = 0, spec_decode_bytes = 0, host_bytes = 0;
   int64_t params = 0, active_params = 0;
   double gen_seconds = 0, load_seconds = 0;
@@ -311,6 +313,7 @@ void write_json(const Report& r, const std::string& path) {
     w.Key("drafting");
     write_draft_runs(w, r.drafting);
   }
+  if (!r.concurrent.empty()) write_concurrent(w, r.concurrent);
   w.Key("layer_profile");
   w.StartObject();
   u64("steps", uint64_t(r.profile_steps));
@@ -396,6 +399,7 @@ void print_table(const Report& r) {
     }
   }
   for (const DraftRun& d : r.drafting) print_draft_run(d);
+  print_concurrent(r.concurrent);
 }
 
 // One set of --draft: the profile's drafting settings (StairCut knobs, settings of the drafters
@@ -437,6 +441,7 @@ const CommandSpec& bench_spec() {
           {"no-profile", "", "skip the per-layer profile"},
           {"profile-steps", "N", "decode steps the profile times"},
           {"draft", "SET[:SET...]", "drafted decode of the same prompt per SET (NAME[,NAME...])"},
+          {"concurrent", "S,S,...", "decode S streams at once per count (one batched pass a step), against solo runs"},
           {"draft-k", "K", "verify K drafts every step"},
           {"draft-max-k", "K", "StairCut's largest K"},
           {"draft-cost-context", "N", "context at which verify costs are measured"},
@@ -485,6 +490,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.has("draft")) draft_sets = parse_draft_sets(a.str("draft"));
   check(!a.has("draft-k") || !draft_sets.empty() || asks, "tandem bench: --draft-k needs --draft");
   const DraftOptions draft_base = synthetic ? DraftOptions{} : p.draft;
+  const std::vector<int> stream_counts = a.has("concurrent") ? parse_stream_counts(a.str("concurrent")) : std::vector<int>{};
 
   PluginRegistry reg;
   reg.load_default();
@@ -595,6 +601,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "drafted decode (%s): %.2f tok/s, %.2f tokens per step\n", r.drafting.back().drafters.c_str(),
                  r.drafting.back().drafted_tps(), r.drafting.back().metrics.tokens_per_step());
   }
+
+  // Several streams at once, through the server's batched step.
+  if (!stream_counts.empty())
+    r.concurrent = bench_concurrent(*model, stream_counts, r.prompt_tokens, r.decode_tokens, p.context, seed);
 
   // Prefill, shortest first; a size whose time, extrapolated from the last one, would pass the budget
   // is skipped.
