@@ -30,6 +30,12 @@ PluginRegistry& registry() {
   return reg;
 }
 
+}  // namespace
+
+std::shared_ptr<Backend> cpu_backend() { return registry().backend("cpu"); }
+
+namespace {
+
 // The loaded model's registry (drafters are looked up in it); the static one outlives every server.
 std::shared_ptr<PluginRegistry> shared_registry() {
   return std::shared_ptr<PluginRegistry>(&registry(), [](PluginRegistry*) {});
@@ -62,13 +68,14 @@ server::ServerOptions tiny_options(int slots) {
 
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const TextCodec> codec,
-                                                 std::shared_future<void> gate) {
-  auto loader = [codec, gate](const std::function<void(double)>& progress) {
+                                                 std::shared_future<void> gate, std::shared_ptr<Backend> backend) {
+  auto loader = [codec, gate, backend](const std::function<void(double)>& progress) {
     if (gate.valid()) gate.wait();
     server::LoadedModel m;
     m.registry = shared_registry();
     LoadOptions o = tiny_load();
     o.progress = progress;
+    o.backend = backend;
     m.model = Model::load(o, registry());
     Profile p;
     p.load = tiny_load();

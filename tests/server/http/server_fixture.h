@@ -10,6 +10,7 @@
 
 #include "http_client.h"
 #include "http_server.h"
+#include "tandem/backend.h"
 #include "tandem/text/chat_template.h"
 #include "tandem/text/text_codec.h"
 
@@ -23,9 +24,13 @@ server::ServerOptions tiny_options(int slots = 2);
 
 // Starts a server on the tiny model. `gate` (optional): the load waits until it is ready.
 // `codec` (optional): replaces the model's own (the fixture has no tokenizer.json).
+// `backend` (optional): the model runs on it instead of the registry's CPU backend (a wrapper of
+// cpu_backend(), e.g. one that counts memory).
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const TextCodec> codec = nullptr,
-                                                 std::shared_future<void> gate = {});
+                                                 std::shared_future<void> gate = {},
+                                                 std::shared_ptr<Backend> backend = nullptr);
+std::shared_ptr<Backend> cpu_backend();  // the test registry's
 // Starts a server on the tiny chat model (tests/e2e/tiny_chat_model.h: a real tokenizer and the
 // Nemotron 3 template), written once per run into a temporary folder; its codec is the one
 // `tandem serve` builds from the checkpoint's side files. `server_keys` (optional): YAML lines added

@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "counting_backend.h"
 #include "server_fixture.h"
 #include "test_util.h"
 
@@ -163,9 +164,17 @@ TEST(HttpCancel, SixtyFourClientsHalfLeavingLeaveNothingBehind) {
   o.scheduler.prefill_chunk = 16;
   o.scheduler.prefix_cache.bytes = 0;  // nothing is meant to outlive a request
   o.scheduler.after_step = [] { std::this_thread::sleep_for(milliseconds(1)); };
-  auto srv = start_server(o);
+  // Every buffer the model allocates is counted, so "back to the baseline" is checked beyond the
+  // server's own accounting.
+  auto backend = std::make_shared<CountingBackend>(cpu_backend());
+  auto srv = start_server(o, nullptr, {}, backend);
   const uint16_t port = srv->port();
   wait_ready(port);
+  // The baseline after one long and one short request: the model's scratch has grown to a full
+  // prefill chunk, which it keeps.
+  ASSERT_EQ(http_request(port, "POST", "/v1/completions", completion_body(long_prompt(100), 4), auth()).status, 200);
+  ASSERT_EQ(http_request(port, "POST", "/v1/completions", completion_body(fixture_prompt(), 4), auth()).status, 200);
+  const size_t live0 = backend->counts->live;
   const std::string m0 = http_request(port, "GET", "/metrics").body;
   ASSERT_EQ(metric(m0, "tandem:sequence_bytes" + kLabel), 0) << m0;
 
@@ -272,6 +281,8 @@ TEST(HttpCancel, SixtyFourClientsHalfLeavingLeaveNothingBehind) {
   EXPECT_GT(bytes_seen.load(), 0);
   EXPECT_EQ(metric(m1, "tandem:sequence_bytes" + kLabel), 0) << m1;
   EXPECT_EQ(metric(m1, "tandem:prefix_cache_bytes" + kLabel), 0) << m1;
+  EXPECT_EQ(backend->counts->live, live0) << "bytes the backend still holds (baseline " << live0 << ")";
+  EXPECT_GT(backend->counts->peak, live0 + size_t(bytes_seen.load())) << "the clients' sequences were on the backend";
   auto slots = parse_json(http_request(port, "GET", "/slots", "", auth()).body);
   for (const auto& sl : slots.GetArray()) {
     EXPECT_STREQ(sl["state"].GetString(), "idle");
