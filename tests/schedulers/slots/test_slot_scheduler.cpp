@@ -12,20 +12,13 @@
 
 #include "tandem/model.h"
 #include "tandem/profile.h"
-#include "tandem/registry.h"
 #include "tandem/slot_scheduler.h"
 #include "tandem/text/text_codec.h"
 #include "test_util.h"
+#include "tests/conformance/model_util.h"
 
 namespace tandem::test {
 namespace {
-
-PluginRegistry& registry() {
-  static PluginRegistry reg;
-  static std::once_flag once;
-  std::call_once(once, [] { reg.load_directory(plugin_dir()); });
-  return reg;
-}
 
 LoadOptions tiny_load() {
   LoadOptions o;

@@ -175,6 +175,20 @@ std::vector<int32_t> int_array(const rapidjson::Value& v) {
   return out;
 }
 
+std::vector<int32_t> completion_tokens(uint16_t port, const std::vector<int32_t>& prompt, int max_tokens, bool stream,
+                                       int& status) {
+  auto r = http_request(port, "POST", "/v1/completions",
+                        completion_body(prompt, max_tokens, stream ? R"(,"stream":true)" : ""), auth());
+  status = r.status;
+  std::vector<int32_t> got;
+  if (r.status != 200) return got;
+  if (!stream) return int_array(parse_json(r.body)["choices"][0]["tokens"]);
+  for (const auto& e : sse_events(r.body))
+    if (e != "[DONE]")
+      for (int32_t t : int_array(parse_json(e)["choices"][0]["tokens"])) got.push_back(t);
+  return got;
+}
+
 std::vector<int32_t> ByteCodec::encode(const std::string& text, bool, bool) const {
   std::vector<int32_t> ids;
   for (unsigned char c : text) ids.push_back(c);

@@ -50,6 +50,10 @@ rapidjson::Document parse_json(const std::string& text);
 // A /v1/completions body with token ids; `extra` is spliced in as more members (",\"stream\":true").
 std::string completion_body(const std::vector<int32_t>& prompt, int max_tokens, const std::string& extra = "");
 std::vector<int32_t> int_array(const rapidjson::Value& v);
+// The ids a /v1/completions request generated, streamed (gathered from its chunks) or not;
+// `status` gets the HTTP status (no ids unless 200).
+std::vector<int32_t> completion_tokens(uint16_t port, const std::vector<int32_t>& prompt, int max_tokens, bool stream,
+                                       int& status);
 
 // Token id = byte value: the tiny model has 256 ids, so its output reads as bytes. Lets the tests
 // cover text prompts, stop strings and UTF-8 hold-back without a real tokenizer.
