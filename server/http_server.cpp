@@ -206,6 +206,24 @@ bool Connection::peer_closed() {
   return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
+void Connection::watch_close(std::function<void()> on_close) {
+  unwatch();
+  watching_ = std::make_shared<bool>(true);
+  // The wait is never cancelled (that would cancel the connection's other operations too): a
+  // finished watch's handler sees its flag down and returns without touching the connection.
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              [this, live = watching_, on_close = std::move(on_close)](beast::error_code ec) {
+                                if (ec || !*live) return;
+                                *live = false;
+                                if (peer_closed()) on_close();
+                              });
+}
+
+void Connection::unwatch() {
+  if (watching_) *watching_ = false;
+  watching_.reset();
+}
+
 // ---- the server ----
 
 struct HttpServer::Impl {

@@ -67,6 +67,7 @@ Metrics::Metrics(std::string model_name)
   // Every documented reason shows up as 0 from the start so dashboards see the series.
   for (const char* r : {"stop", "length", "tool_calls", "abort", "error"}) finished_[r] = 0;
   for (const char* r : {"queue_full", "loading", "draining"}) refused_[r] = 0;
+  for (const char* p : {"queued", "prefill", "decode"}) cancelled_[p] = 0;
 }
 
 void Metrics::set_model_name(std::string name) {
@@ -98,6 +99,11 @@ void Metrics::finished(const std::string& reason) {
 void Metrics::request_finished(const std::string& reason) {
   std::lock_guard lk(mu_);
   ++finished_[reason];
+}
+
+void Metrics::cancelled(const char* phase) {
+  std::lock_guard lk(mu_);
+  ++cancelled_[phase];
 }
 
 void Metrics::tokens(int64_t prompt, int64_t generated) {
@@ -237,8 +243,12 @@ std::string Metrics::render(const EngineGauges& g) const {
           prefix_hit_requests_);
   int_gauge("tandem:prefix_cache_bytes", "Bytes held by prefix checkpoints.", g.prefix_cache_bytes);
   int_gauge("tandem:prefix_cache_entries", "Prefix checkpoints held.", g.prefix_cache_entries);
+  int_gauge("tandem:sequence_bytes", "Bytes held by the busy slots' sequences (KV and Mamba state).", g.sequence_bytes);
   labelled("tandem:request_success_total", "Finished generation requests by finish reason.", "finished_reason",
            finished_);
+  labelled("tandem:requests_cancelled_total",
+           "Requests cancelled (client gone or server stopping) by where they were: queued, prefill, decode.", "phase",
+           cancelled_);
   labelled("tandem:requests_refused_total", "Requests refused before they were queued.", "reason", refused_);
 
   head(o, "tandem:http_requests_total", "counter", "HTTP responses by status code.");

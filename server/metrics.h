@@ -40,6 +40,7 @@ class Metrics : public SchedulerEvents {
   // the route knows the reason the client gets (a stop that ended a tool call is tool_calls).
   void finished(const std::string& reason) override;
   void request_finished(const std::string& reason);                 // stop, length, tool_calls
+  void cancelled(const char* phase) override;                       // queued, prefill, decode
   void tokens(int64_t prompt, int64_t generated) override;
   void prefix_cache(int64_t prompt, int64_t reused) override;
   void time_to_first_token(double s) override;
@@ -60,7 +61,7 @@ class Metrics : public SchedulerEvents {
   std::string model_name_;
   std::map<std::string, std::string> engine_info_;
   std::map<int, uint64_t> http_;
-  std::map<std::string, uint64_t> refused_, finished_;
+  std::map<std::string, uint64_t> refused_, finished_, cancelled_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0, prefix_requests_ = 0, prefix_hit_requests_ = 0;
   DraftMetrics spec_;                  // summed over drafted requests

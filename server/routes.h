@@ -5,6 +5,8 @@
 // from other threads; everything else is written before phase becomes ready.
 #pragma once
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,11 +69,19 @@ class Connection {
   net::awaitable<bool> end_sse();
   // The peer closed or reset the connection (a zero-byte peek; no data is consumed).
   bool peer_closed();
+  // Calls `on_close` on the io thread as soon as the peer closes or resets the connection, so a
+  // request is cancelled when its client leaves rather than at the next poll. The watch ends at
+  // unwatch() or when the peer sends data instead (a pipelined request: peer_closed() polls cover
+  // the rest). One watch at a time; a new one replaces the old.
+  void watch_close(std::function<void()> on_close);
+  void unwatch();
+  ~Connection() { unwatch(); }
 
  private:
   net::awaitable<bool> write_chunk(std::string_view text);
   beast::tcp_stream& stream_;
   ServerState& state_;
+  std::shared_ptr<bool> watching_;  // the current watch is live; shared with its wait's handler
 };
 
 // Routes that answer at once (routes_info.cpp). `query` is the part after '?'.

@@ -217,6 +217,16 @@ net::awaitable<bool> route_generate(ServerState& s, Connection& c, const Request
   auto cancel_all = [&] {
     for (auto& ch : choices) ch.job->cancel(Job::Cancel::client_gone);
   };
+  // A client that leaves cancels its jobs at once, so the engine frees the slot at its next step
+  // boundary (after at most the prefill chunk or decode step that is running), queued or not.
+  c.watch_close([jobs, signal] {
+    for (auto& j : jobs) j->cancel(Job::Cancel::client_gone);
+    signal->cancel();
+  });
+  struct Unwatch {
+    Connection& c;
+    ~Unwatch() { c.unwatch(); }
+  } unwatch{c};
 
   ResponseHead head{random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), g.model.empty() ? s.model_name : g.model,
                     s.fingerprint};

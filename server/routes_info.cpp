@@ -220,6 +220,7 @@ Reply route_slots(ServerState& s, const std::string& query) {
     w.Key("state"), w.String(i.state);
     w.Key("n_ctx"), w.Int64(s.options.scheduler.context);
     w.Key("n_past"), w.Int64(i.n_past);
+    w.Key("bytes"), w.Int64(i.bytes);
     w.Key("request_id");
     if (i.request_id.empty()) w.Null();
     else str(w, i.request_id);

@@ -168,6 +168,7 @@ void SlotScheduler::cancel_all() {
 EngineGauges SlotScheduler::gauges() const {
   std::lock_guard lk(mu_);
   EngineGauges g{running_, int(queue_.size()), int(slots_.size())};
+  for (const SlotInfo& i : info_) g.sequence_bytes += i.bytes;
   if (prefix_cache_) g.prefix_cache_bytes = prefix_cache_->bytes(), g.prefix_cache_entries = prefix_cache_->entries();
   return g;
 }
@@ -218,8 +219,12 @@ void SlotScheduler::admit_locked(Clock::time_point now) {
       ++it;
       continue;
     }
-    if (err && err->kind == RequestError::Kind::queue_timeout) events_.refused("queue_timeout");
-    else events_.finished("abort");
+    if (err && err->kind == RequestError::Kind::queue_timeout) {
+      events_.refused("queue_timeout");
+    } else {
+      events_.cancelled("queued");
+      events_.finished("abort");
+    }
     JobOutput o;
     o.finish_reason = "abort";
     o.error = std::move(err);
@@ -258,6 +263,7 @@ void SlotScheduler::publish(const Slot& s) {
   SlotInfo& i = info_[size_t(s.id)];
   i.state = !s.gen || s.gen->prefilling() ? "prefill" : "decode";
   i.n_past = s.gen ? s.gen->position() : 0;
+  i.bytes = s.gen ? int64_t(s.gen->sequence_bytes()) : 0;
 }
 
 // One slot's step in flight: its hooks, what they saw, and its pass when it joins a batch.
@@ -272,15 +278,20 @@ struct SlotScheduler::Turn {
 
 bool SlotScheduler::ready(Slot& s) {
   Job& j = *s.job;
+  // Checked before every pass, so a cancelled job costs at most the pass that was running when the
+  // flag was set: one prefill chunk or one decode step.
   if (j.cancelled() != Job::Cancel::none) {
+    events_.cancelled(!s.gen || s.gen->prefilling() ? "prefill" : "decode");
     finish(s, "abort", j.cancelled() == Job::Cancel::server ? std::optional<RequestError>(shutting_down())
                                                              : std::nullopt);
     return false;
   }
   try {
-    if (!s.gen)
+    if (!s.gen) {
       s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
                                            j.params.sampling, prefix_cache_.get());
+      publish(s);  // its memory shows from the start
+    }
   } catch (const std::exception& e) {
     failed(s, e);
     return false;

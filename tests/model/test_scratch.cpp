@@ -12,80 +12,12 @@
 
 #include "synth_checkpoint.h"
 #include "synth_model.h"
+#include "counting_backend.h"
 #include "tandem/model.h"
 #include "tests/conformance/model_util.h"
 
 namespace tandem::test {
 namespace {
-
-// What a CountingBackend's buffers hold, shared with them so a buffer may outlive its backend.
-struct Counts {
-  size_t live = 0, peak = 0;
-  int64_t allocs = 0, releases = 0;
-};
-
-class CountedBuffer final : public Buffer {
- public:
-  CountedBuffer(std::unique_ptr<Buffer> inner, std::shared_ptr<Counts> counts)
-      : inner_(std::move(inner)), counts_(std::move(counts)) {
-    counts_->live += inner_->bytes();
-    counts_->peak = std::max(counts_->peak, counts_->live);
-    ++counts_->allocs;
-  }
-  ~CountedBuffer() override {
-    counts_->live -= inner_->bytes();
-    ++counts_->releases;
-  }
-  void* data() override { return inner_->data(); }
-  size_t bytes() const override { return inner_->bytes(); }
-
- private:
-  std::unique_ptr<Buffer> inner_;
-  std::shared_ptr<Counts> counts_;
-};
-
-// The CPU backend, with every buffer it hands out counted.
-class CountingBackend final : public Backend {
- public:
-  explicit CountingBackend(std::shared_ptr<Backend> inner) : in_(std::move(inner)) {}
-  std::shared_ptr<Counts> counts = std::make_shared<Counts>();
-
-  std::string device() const override { return in_->device(); }
-  bool host = true;  // false: claims device memory (is_host), though the buffers stay the CPU's
-  bool is_host() const override { return host && in_->is_host(); }
-  void set_threads(int n) override { in_->set_threads(n); }
-  std::unique_ptr<Buffer> alloc(size_t bytes) override {
-    return std::make_unique<CountedBuffer>(in_->alloc(bytes), counts);
-  }
-  void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
-  void synchronize() override { in_->synchronize(); }
-  void rms_norm(const Tensor& x, const float* w, float eps, const Tensor& y) override { in_->rms_norm(x, w, eps, y); }
-  void gated_rms_norm(const Tensor& y, const Tensor& z, const float* w, int groups, float eps,
-                      const Tensor& out) override {
-    in_->gated_rms_norm(y, z, w, groups, eps, out);
-  }
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override { in_->add(a, b, out); }
-  void relu2(const Tensor& x) override { in_->relu2(x); }
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* kc, float* vc, int64_t capacity,
-                 int64_t pos0, int nq, int nkv, int hd, const Tensor& out) override {
-    in_->attention(q, k, v, kc, vc, capacity, pos0, nq, nkv, hd, out);
-  }
-  void attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* kc, float* vc, int64_t capacity,
-                    int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd, const Tensor& out) override {
-    in_->attention_at(q, k, v, kc, vc, capacity, pos0, pos0_device, nq, nkv, hd, out);
-  }
-  void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids, float* w) override {
-    in_->moe_route(logits, bias, p, ids, w);
-  }
-  void moe_combine(const Tensor& eo, const float* w, int k, const Tensor& out) override { in_->moe_combine(eo, w, k, out); }
-  int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override {
-    return in_->sample(logits, vocab, p, rng);
-  }
-
- private:
-  std::shared_ptr<Backend> in_;
-};
 
 struct Loaded {
   std::shared_ptr<CountingBackend> be;

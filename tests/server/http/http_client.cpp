@@ -86,36 +86,73 @@ std::vector<std::string> sse_events(const std::string& body) {
   return out;
 }
 
-std::string read_then_disconnect(uint16_t port, const std::string& target, const std::string& body,
-                                 const Headers& headers, int min_events) {
+struct OpenRequest::Impl {
   net::io_context ioc;
-  tcp::socket s = connect(ioc, port);
-  http::write(s, make_request("POST", target, body, headers));
-  std::string got;
+  tcp::socket s{ioc};
+};
+
+OpenRequest::OpenRequest(uint16_t port, const std::string& target, const std::string& body, const Headers& headers)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->s = connect(impl_->ioc, port);
+  timeval tv{60, 0};
+  ::setsockopt(impl_->s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  http::write(impl_->s, make_request("POST", target, body, headers));
+}
+
+OpenRequest::~OpenRequest() { close(); }
+
+bool OpenRequest::read_more() {
   char buf[4096];
   beast::error_code ec;
+  size_t n = impl_->s.read_some(net::buffer(buf), ec);
+  if (ec) return false;
+  got_.append(buf, n);
+  return true;
+}
+
+std::string OpenRequest::header(const std::string& name) {
+  while (got_.find("\r\n\r\n") == std::string::npos)
+    if (!read_more()) return "";
+  std::string head = got_.substr(0, got_.find("\r\n\r\n") + 2);
+  std::transform(head.begin(), head.end(), head.begin(), ::tolower);
+  size_t p = head.find("\r\n" + name + ":");
+  if (p == std::string::npos) return "";
+  p += name.size() + 3;
+  size_t end = head.find("\r\n", p);
+  std::string v = got_.substr(p, end - p);  // the value as sent, not lower-cased
+  v.erase(0, v.find_first_not_of(' '));
+  return v;
+}
+
+bool OpenRequest::read_events(int n) {
   auto count = [&] {
-    int n = 0;
-    for (size_t p = got.find("data: "); p != std::string::npos; p = got.find("data: ", p + 1)) ++n;
-    return n;
+    int k = 0;
+    for (size_t p = got_.find("data: "); p != std::string::npos; p = got_.find("data: ", p + 1)) ++k;
+    return k;
   };
-  while (count() < min_events) {
-    size_t n = s.read_some(net::buffer(buf), ec);
-    if (ec) break;
-    got.append(buf, n);
-  }
-  s.close(ec);
-  return got;
+  while (count() < n)
+    if (!read_more()) return false;
+  return true;
+}
+
+void OpenRequest::close() {
+  beast::error_code ec;
+  if (impl_->s.is_open()) impl_->s.close(ec);
+}
+
+std::string read_then_disconnect(uint16_t port, const std::string& target, const std::string& body,
+                                 const Headers& headers, int min_events) {
+  OpenRequest r(port, target, body, headers);
+  r.read_events(min_events);
+  r.close();
+  return r.received();
 }
 
 void send_then_disconnect(uint16_t port, const std::string& target, const std::string& body, const Headers& headers,
                           int wait_ms) {
-  net::io_context ioc;
-  tcp::socket s = connect(ioc, port);
-  http::write(s, make_request("POST", target, body, headers));
+  OpenRequest r(port, target, body, headers);
   std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-  beast::error_code ec;
-  s.close(ec);
+  r.close();
 }
 
 ContinueResult request_expect_continue(uint16_t port, const std::string& method, const std::string& target,

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,29 @@ HttpResult http_request(uint16_t port, const std::string& method, const std::str
 
 // The `data:` payloads of an SSE body, in order ("[DONE]" included), and the comment lines seen.
 std::vector<std::string> sse_events(const std::string& body);
+
+// A request whose connection the test closes when it chooses: a client that leaves at a known
+// moment (queued, prefilling, decoding). Reads time out after 60 s so a dead server fails the test.
+class OpenRequest {
+ public:
+  OpenRequest(uint16_t port, const std::string& target, const std::string& body, const Headers& headers);
+  ~OpenRequest();  // closes
+  OpenRequest(const OpenRequest&) = delete;
+  OpenRequest& operator=(const OpenRequest&) = delete;
+  // Reads until the response's header block arrived; returns that header's value ("" if absent or
+  // the connection ended first). Name lower-case.
+  std::string header(const std::string& name);
+  // Reads until `n` SSE `data:` lines arrived in all; false if the stream ended first.
+  bool read_events(int n);
+  const std::string& received() const { return got_; }
+  void close();
+
+ private:
+  bool read_more();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string got_;
+};
 
 // Sends a request and reads raw bytes until `min_events` SSE `data:` lines arrived (or the stream
 // ended), then closes the socket: a client that walks away mid-stream. Returns the bytes read.

@@ -30,6 +30,12 @@ PluginRegistry& registry() {
   return reg;
 }
 
+}  // namespace
+
+std::shared_ptr<Backend> cpu_backend() { return registry().backend("cpu"); }
+
+namespace {
+
 // The loaded model's registry (drafters are looked up in it); the static one outlives every server.
 std::shared_ptr<PluginRegistry> shared_registry() {
   return std::shared_ptr<PluginRegistry>(&registry(), [](PluginRegistry*) {});
@@ -62,13 +68,14 @@ server::ServerOptions tiny_options(int slots) {
 
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const TextCodec> codec,
-                                                 std::shared_future<void> gate) {
-  auto loader = [codec, gate](const std::function<void(double)>& progress) {
+                                                 std::shared_future<void> gate, std::shared_ptr<Backend> backend) {
+  auto loader = [codec, gate, backend](const std::function<void(double)>& progress) {
     if (gate.valid()) gate.wait();
     server::LoadedModel m;
     m.registry = shared_registry();
     LoadOptions o = tiny_load();
     o.progress = progress;
+    o.backend = backend;
     m.model = Model::load(o, registry());
     Profile p;
     p.load = tiny_load();
@@ -166,6 +173,20 @@ std::vector<int32_t> int_array(const rapidjson::Value& v) {
   std::vector<int32_t> out;
   for (const auto& x : v.GetArray()) out.push_back(x.GetInt());
   return out;
+}
+
+std::vector<int32_t> completion_tokens(uint16_t port, const std::vector<int32_t>& prompt, int max_tokens, bool stream,
+                                       int& status) {
+  auto r = http_request(port, "POST", "/v1/completions",
+                        completion_body(prompt, max_tokens, stream ? R"(,"stream":true)" : ""), auth());
+  status = r.status;
+  std::vector<int32_t> got;
+  if (r.status != 200) return got;
+  if (!stream) return int_array(parse_json(r.body)["choices"][0]["tokens"]);
+  for (const auto& e : sse_events(r.body))
+    if (e != "[DONE]")
+      for (int32_t t : int_array(parse_json(e)["choices"][0]["tokens"])) got.push_back(t);
+  return got;
 }
 
 std::vector<int32_t> ByteCodec::encode(const std::string& text, bool, bool) const {

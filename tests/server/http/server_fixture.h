@@ -10,6 +10,7 @@
 
 #include "http_client.h"
 #include "http_server.h"
+#include "tandem/backend.h"
 #include "tandem/text/chat_template.h"
 #include "tandem/text/text_codec.h"
 
@@ -23,9 +24,13 @@ server::ServerOptions tiny_options(int slots = 2);
 
 // Starts a server on the tiny model. `gate` (optional): the load waits until it is ready.
 // `codec` (optional): replaces the model's own (the fixture has no tokenizer.json).
+// `backend` (optional): the model runs on it instead of the registry's CPU backend (a wrapper of
+// cpu_backend(), e.g. one that counts memory).
 std::unique_ptr<server::HttpServer> start_server(server::ServerOptions o,
                                                  std::shared_ptr<const TextCodec> codec = nullptr,
-                                                 std::shared_future<void> gate = {});
+                                                 std::shared_future<void> gate = {},
+                                                 std::shared_ptr<Backend> backend = nullptr);
+std::shared_ptr<Backend> cpu_backend();  // the test registry's
 // Starts a server on the tiny chat model (tests/e2e/tiny_chat_model.h: a real tokenizer and the
 // Nemotron 3 template), written once per run into a temporary folder; its codec is the one
 // `tandem serve` builds from the checkpoint's side files. `server_keys` (optional): YAML lines added
@@ -45,6 +50,10 @@ rapidjson::Document parse_json(const std::string& text);
 // A /v1/completions body with token ids; `extra` is spliced in as more members (",\"stream\":true").
 std::string completion_body(const std::vector<int32_t>& prompt, int max_tokens, const std::string& extra = "");
 std::vector<int32_t> int_array(const rapidjson::Value& v);
+// The ids a /v1/completions request generated, streamed (gathered from its chunks) or not;
+// `status` gets the HTTP status (no ids unless 200).
+std::vector<int32_t> completion_tokens(uint16_t port, const std::vector<int32_t>& prompt, int max_tokens, bool stream,
+                                       int& status);
 
 // Token id = byte value: the tiny model has 256 ids, so its output reads as bytes. Lets the tests
 // cover text prompts, stop strings and UTF-8 hold-back without a real tokenizer.

@@ -46,21 +46,10 @@ TEST(HttpLoad, ConcurrentClientsAllAnsweredMetricsConsistent) {
   for (int i = 0; i < kClients; ++i)
     threads.emplace_back([&, i] {
       switch (kind_of(i)) {
-        case plain: {
-          auto r = http_request(port, "POST", "/v1/completions", completion_body(prompts[i], lengths[i]), auth());
-          status[i] = r.status;
-          if (r.status == 200) got[i] = int_array(parse_json(r.body)["choices"][0]["tokens"]);
+        case plain:
+        case streamed:
+          got[i] = completion_tokens(port, prompts[i], lengths[i], kind_of(i) == streamed, status[i]);
           break;
-        }
-        case streamed: {
-          auto r = http_request(port, "POST", "/v1/completions",
-                                completion_body(prompts[i], lengths[i], R"(,"stream":true)"), auth());
-          status[i] = r.status;
-          for (const auto& e : sse_events(r.body))
-            if (e != "[DONE]")
-              for (int32_t t : int_array(parse_json(e)["choices"][0]["tokens"])) got[i].push_back(t);
-          break;
-        }
         case leaves:
           read_then_disconnect(port, "/v1/completions",
                                completion_body(prompts[i], 800, R"(,"stream":true,"ignore_eos":true)"), auth(), 2);

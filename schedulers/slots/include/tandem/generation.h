@@ -52,6 +52,7 @@ class TANDEM_API Generation {
   int64_t steps() const { return steps_; }
   // Tokens committed to the sequence so far.
   int64_t position() const { return seq_->pos; }
+  size_t sequence_bytes() const { return seq_->bytes(); }  // the Sequence's layer states
   // This request's drafting numbers; null when plain, or before the first token.
   const DraftMetrics* draft_metrics() const;
 

@@ -116,6 +116,7 @@ struct EngineGauges {
   int waiting = 0;
   int slots = 0;
   int64_t prefix_cache_bytes = 0;    // held by prefix checkpoints
+  int64_t sequence_bytes = 0;        // held by the busy slots' Sequences (0 when every slot is idle)
   int64_t prefix_cache_entries = 0;
 };
 
@@ -126,6 +127,8 @@ class SchedulerEvents {
   virtual ~SchedulerEvents() = default;
   virtual void refused(const std::string& reason) { (void)reason; }    // queue_timeout
   virtual void finished(const std::string& reason) { (void)reason; }   // stop, length, abort, error
+  // A cancelled job (client gone or server stopping) ended in `phase`: queued, prefill or decode.
+  virtual void cancelled(const char* phase) { (void)phase; }
   virtual void tokens(int64_t prompt, int64_t generated) { (void)prompt, (void)generated; }
   // With the prefix cache on, once per request that reached the model: its prompt tokens and how
   // many of them a checkpoint restored (0 = a miss).
@@ -167,6 +170,7 @@ struct SlotInfo {
   int64_t n_past = 0;
   std::string request_id;
   std::string drafter;             // the slot's drafters, comma-separated; "" = plain
+  int64_t bytes = 0;               // held by the slot's Sequence
 };
 
 class SlotScheduler {
