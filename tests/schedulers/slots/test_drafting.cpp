@@ -107,33 +107,11 @@ TEST(Drafting, TraceAndRetroScoredCountersSeeEveryStep) {
   ASSERT_EQ(d.generate(prompt(), test::run_options(200), {}, &dm).tokens, plain);
 
   ASSERT_EQ(int64_t(steps.size()), dm.steps);
-  int64_t committed = int64_t(prompt().size());
-  std::vector<int32_t> emitted = {plain[0]};  // the prefill picks the first token
-  std::vector<int64_t> proposed(2, 0);
-  int partial = 0, full = 0;
-  for (const DraftStep& s : steps) {
-    partial += s.k > 0 && s.accepted < s.k, full += s.k > 0 && s.accepted == s.k;
-    EXPECT_EQ(s.committed, committed);
-    ASSERT_EQ(s.proposals.size(), 2u);
-    EXPECT_EQ(s.proposals[0].first, "lookup");
-    EXPECT_EQ(s.proposals[1].first, "oracle");
-    for (size_t i = 0; i < 2; ++i) proposed[i] += int64_t(s.proposals[i].second.size());
-    EXPECT_LE(s.accepted, s.k);
-    EXPECT_EQ(s.k == 0, s.chain.empty());
-    ASSERT_EQ(s.tokens.size(), size_t(s.accepted) + (s.has_bonus ? 1 : 0));
-    if (s.k > 0) {
-      const auto& chain = s.chain == "lookup" ? s.proposals[0].second : s.proposals[1].second;
-      ASSERT_GE(int(chain.size()), s.k) << "the verified chain is a prefix of its drafter's proposal";
-      for (int i = 0; i < s.accepted; ++i) EXPECT_EQ(s.tokens[size_t(i)], chain[size_t(i)]);
-      if (s.has_bonus && s.accepted < s.k) EXPECT_NE(s.bonus(), chain[size_t(s.accepted)]);
-    }
-    emitted.insert(emitted.end(), s.tokens.begin(), s.tokens.end());
-    committed += s.accepted + 1;
-  }
-  EXPECT_EQ(emitted, plain);
+  const test::TraceCounts c = test::check_trace(steps, prompt().size(), plain, {"lookup", "oracle"});
+  const auto& proposed = c.proposed;
   EXPECT_TRUE(steps.back().has_bonus);  // max_tokens caps k, so the last step ends on the target's token
-  EXPECT_GT(partial, 0) << "no chain was partly rejected";
-  EXPECT_GT(full, 0) << "no chain was accepted whole";
+  EXPECT_GT(c.partial, 0) << "no chain was partly rejected";
+  EXPECT_GT(c.full, 0) << "no chain was accepted whole";
   EXPECT_GT(proposed[0], 0) << "lookup proposed nothing";
   EXPECT_GT(proposed[1], 0) << "the oracle proposed nothing";
 

@@ -74,7 +74,6 @@ struct DraftStep {
   int32_t bonus() const { return has_bonus ? tokens.back() : -1; }
 };
 
-
 class TANDEM_API Drafting {
  public:
   using NamedFactory = std::pair<std::string, std::shared_ptr<SpeculatorFactory>>;
