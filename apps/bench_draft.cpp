@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <sstream>
 
 #include "tandem/error.h"
@@ -13,12 +15,14 @@
 namespace tandem::cli {
 namespace {
 
-// Proposes the truth's next tokens (oracle), or for each a different token (wrong). Cheap: it
-// proposes every step, so StairCut's retro-scoring sees all of its tokens.
+// Proposes each of the truth's next tokens with probability `right`, else a different token: always
+// the truth (oracle, 1), never (wrong, 0: the next id), or each position independently from a seeded
+// draw (oracle=P: a uniformly drawn other id when wrong). Cheap: it proposes every step, so
+// StairCut's retro-scoring sees all of its tokens.
 class TruthDrafter final : public Speculator {
  public:
-  TruthDrafter(std::shared_ptr<std::vector<int32_t>> truth, bool wrong, int64_t vocab)
-      : truth_(std::move(truth)), wrong_(wrong), vocab_(vocab) {}
+  TruthDrafter(std::shared_ptr<std::vector<int32_t>> truth, double right, int64_t vocab, uint64_t seed)
+      : truth_(std::move(truth)), right_(right), vocab_(vocab), rng_(seed) {}
   void begin(const int32_t* p, size_t n) override {
     check(n <= truth_->size() && std::equal(p, p + n, truth_->begin()),
           "bench drafter: the prompt is not the start of the plain run it replays");
@@ -29,29 +33,36 @@ class TruthDrafter final : public Speculator {
     out.clear();
     for (size_t i = h_.size(); i < truth_->size() && int(out.tokens.size()) < max_n; ++i) {
       const int32_t t = (*truth_)[i];
-      out.tokens.push_back(wrong_ ? int32_t((int64_t(t) + 1) % vocab_) : t);
+      if (right_ >= 1.0) out.tokens.push_back(t);
+      else if (right_ <= 0.0) out.tokens.push_back(int32_t((int64_t(t) + 1) % vocab_));
+      else if (std::uniform_real_distribution<double>(0, 1)(rng_) < right_) out.tokens.push_back(t);
+      else out.tokens.push_back(int32_t((uint64_t(t) + 1 + rng_() % uint64_t(vocab_ - 1)) % uint64_t(vocab_)));
     }
   }
   bool cheap() const override { return true; }
 
  private:
   std::shared_ptr<std::vector<int32_t>> truth_;
-  bool wrong_;
+  double right_;
   int64_t vocab_;
+  std::mt19937_64 rng_;
   std::vector<int32_t> h_;
 };
 
 class TruthFactory final : public SpeculatorFactory {
  public:
-  TruthFactory(std::shared_ptr<std::vector<int32_t>> truth, bool wrong) : truth_(std::move(truth)), wrong_(wrong) {}
+  TruthFactory(std::shared_ptr<std::vector<int32_t>> truth, double right) : truth_(std::move(truth)), right_(right) {}
   std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
     s.finish();
-    return std::make_unique<TruthDrafter>(truth_, wrong_, c.vocab);
+    // Each speculator (one per request, and Drafting's start-up probe) draws its own seeded stream.
+    return std::make_unique<TruthDrafter>(truth_, right_, c.vocab, kTruthSeed + created_++);
   }
 
  private:
+  static constexpr uint64_t kTruthSeed = 0x5eed;
   std::shared_ptr<std::vector<int32_t>> truth_;
-  bool wrong_;
+  double right_;
+  uint64_t created_ = 0;
 };
 
 std::string joined(const std::vector<std::string>& names) {
@@ -62,14 +73,28 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-bool is_test_drafter(const std::string& name) { return name == "oracle" || name == "wrong"; }
+bool is_test_drafter(const std::string& name) {
+  return name == "oracle" || name == "wrong" || name.rfind("oracle=", 0) == 0;
+}
+
+double test_drafter_right(const std::string& name) {
+  if (name == "oracle") return 1.0;
+  if (name == "wrong") return 0.0;
+  check(name.rfind("oracle=", 0) == 0, "bench drafter '", name, "': not a test drafter (oracle, wrong, oracle=P)");
+  const std::string v = name.substr(7);
+  char* end = nullptr;
+  const double p = v.empty() ? -1.0 : std::strtod(v.c_str(), &end);
+  check(!v.empty() && end && *end == '\0' && p >= 0.0 && p <= 1.0, "bench drafter '", name,
+        "': expected oracle=P with P, the probability of each token being right, in [0, 1]; found '", v, "'");
+  return p;
+}
 
 std::vector<Drafting::NamedFactory> drafter_factories(const std::vector<std::string>& names, PluginRegistry& registry,
                                                       const std::string& device,
                                                       std::shared_ptr<std::vector<int32_t>> truth) {
   std::vector<Drafting::NamedFactory> out;
   for (const auto& n : names) {
-    if (is_test_drafter(n)) out.emplace_back(n, std::make_shared<TruthFactory>(truth, n == "wrong"));
+    if (is_test_drafter(n)) out.emplace_back(n, std::make_shared<TruthFactory>(truth, test_drafter_right(n)));
     else out.emplace_back(n, registry.speculator(n, device));
   }
   return out;
@@ -139,6 +164,8 @@ void print_draft_run(const DraftRun& r) {
     std::printf("    drafter %-11s %lld proposals, %lld verified, %lld of %lld accepted, %.3f ms proposing\n",
                 d.name.c_str(), (long long)d.proposals, (long long)d.drafts, (long long)d.accepted_tokens,
                 (long long)d.drafted_tokens, d.propose_seconds * 1e3);
+  std::stringstream table(m.position_table());
+  for (std::string line; std::getline(table, line);) std::printf("    %s\n", line.c_str());
 }
 
 void write_draft_runs(rapidjson::PrettyWriter<rapidjson::StringBuffer>& w, const std::vector<DraftRun>& runs) {
@@ -180,6 +207,11 @@ void write_draft_runs(rapidjson::PrettyWriter<rapidjson::StringBuffer>& w, const
       i64("draft_tokens", d.drafted_tokens);
       i64("accepted_tokens", d.accepted_tokens);
       num("propose_seconds", d.propose_seconds);
+      array("tried_at_position", d.tried_at);
+      array("accepted_at_position", d.accepted_at);
+      array("proposed_at_position", d.proposed_at);
+      array("reached_at_position", d.reached_at);
+      array("matched_at_position", d.matched_at);
       w.EndObject();
     }
     w.EndArray();

@@ -1,7 +1,8 @@
 // `tandem bench --draft`: plain and drafted decode of the same prompt, compared token for token, with
-// StairCut's numbers (acceptance, tokens per step, chosen k, T_v(m)); and the bench's two test
-// drafters, `oracle` (proposes the plain run's own continuation) and `wrong` (never proposes it),
-// which bound what drafting can gain and what it may cost on a machine.
+// StairCut's numbers (acceptance, tokens per step, chosen k, T_v(m)); and the bench's test drafters,
+// `oracle` (proposes the plain run's own continuation) and `wrong` (never proposes it), which bound
+// what drafting can gain and what it may cost on a machine, and `oracle=P` (each token right with
+// probability P, seeded), which gives partial acceptance at a chosen rate.
 // Owner: free functions; the test drafters share the truth they are given. Thread: the caller's (the
 // one that drives the Model). Sync: none.
 #pragma once
@@ -24,8 +25,10 @@ namespace tandem::cli {
 // The bench's test drafters are built in here and never registered as plugins, so a profile or
 // `tandem serve` cannot name them (a test facility, not a drafter).
 bool is_test_drafter(const std::string& name);
+// The probability that a test drafter's token is right: oracle 1, wrong 0, oracle=P P (checked).
+double test_drafter_right(const std::string& name);
 
-// Factories for `names`: `oracle` and `wrong` from `truth` (prompt + the plain output; set it before
+// Factories for `names`: the test drafters from `truth` (prompt + the plain output; set it before
 // each drafted run), every other name from the registry for `device`.
 std::vector<Drafting::NamedFactory> drafter_factories(const std::vector<std::string>& names, PluginRegistry& registry,
                                                       const std::string& device,

@@ -1,5 +1,6 @@
 // The `tandem` executable: one binary, one subcommand per task.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include "cmd_eval.h"
 #include "cmd_inspect.h"
 #include "cmd_synth.h"
+#include "draft_trace.h"
 #include "serve_command.h"
 #include "tandem/text/text_codec.h"
 #include "tandem/text/text_stream.h"
@@ -41,6 +43,7 @@ const cli::CommandSpec& generate_spec() {
           {"print-ids", "", "print token ids instead of text"},
           {"draft", "NAME[,NAME...]|none", "speculative decoding with these drafters (stats on stderr)"},
           {"draft-k", "K", "verify K drafts every step instead of letting StairCut pick"},
+          {"trace-drafts", "FILE.jsonl", "write one JSON line per drafted step (proposals, chain, k, accepted, bonus)"},
       }), "", ""};
   return spec;
 }
@@ -107,6 +110,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
   g.sampling.seed = uint64_t(a.integer("seed", (long long)g.sampling.seed));
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
   DraftOptions draft = cli::draft_options(a, p.draft, "generate");
+  std::ofstream trace;
+  if (a.has("trace-drafts")) {
+    check(!draft.drafters.empty(), "tandem generate: --trace-drafts needs drafters (--draft NAME or the profile's draft:)");
+    trace.open(a.str("trace-drafts"));
+    check(trace.good(), "tandem generate: --trace-drafts '", a.str("trace-drafts"), "' cannot be written");
+  }
 
   for (const auto& n : draft.drafters) reg.speculator(n, p.load.device);  // an unknown name fails before the load
   p.load.progress = cli::progress_printer("loading weights");
@@ -116,9 +125,16 @@ int cmd_generate(const std::vector<std::string>& argv) {
     r = generate(*model, prompt, g);
   } else {
     Drafting drafting(*model, reg, draft);
+    int64_t traced = 0;
+    if (trace.is_open())
+      drafting.set_trace([&](const DraftStep& s) { trace << cli::draft_step_json(traced++, s) << '\n'; });
     DraftMetrics dm;
     r = drafting.generate(prompt, g, {}, &dm);
     std::fputs(dm.summary().c_str(), stderr);
+    if (trace.is_open()) {
+      trace.close();
+      check(trace.good(), "tandem generate: --trace-drafts '", a.str("trace-drafts"), "': writing failed");
+    }
   }
   if (codec && !a.flag("print-ids")) {
     // The server's TextStream (no stop strings), so both print the same text for the same tokens;

@@ -186,6 +186,22 @@ void Metrics::render_spec(std::string& o, const std::string& m) const {
   // Reached: the drafts before it were all accepted, so its own verdict was taken (p_j = accepted / reached).
   per_pos("tandem:spec_decode_num_reached_tokens_per_pos_total",
           "Draft tokens whose verdict was taken (every earlier draft accepted), by position (0-based).", false);
+  // Every proposal, verified or only retro-scored, against the committed text: a drafter that
+  // StairCut seldom picks still shows how often it would have been right. Positions are 1-based here,
+  // as in `tandem bench` and the trace (alpha_j = accepted / reached).
+  auto scored = [&](const char* name, const char* help, std::vector<int64_t> DraftMetrics::PerDrafter::*v) {
+    head(o, name, "counter", help);
+    for (const auto& d : ds)
+      for (size_t j = 0; j < (d.*v).size(); ++j)
+        line(name, drafter(d.name) + ",position=\"" + std::to_string(j + 1) + "\"", double((d.*v)[j]));
+  };
+  scored("tandem:draft_proposed_total", "Tokens proposed at this position (1-based), verified or not.",
+         &DraftMetrics::PerDrafter::proposed_at);
+  scored("tandem:draft_reached_total",
+         "Proposed tokens judged against the committed text (every earlier one matched), by position (1-based).",
+         &DraftMetrics::PerDrafter::reached_at);
+  scored("tandem:draft_accepted_total", "Judged tokens equal to the committed token, by position (1-based).",
+         &DraftMetrics::PerDrafter::matched_at);
 
   head(o, "tandem:spec_decode_num_requests_total", "counter", "Requests decoded with drafting.");
   line("tandem:spec_decode_num_requests_total", "", double(spec_requests_));

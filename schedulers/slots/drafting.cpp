@@ -47,6 +47,7 @@ struct Drafting::Impl {
   std::vector<std::string> names;
   std::unique_ptr<StairCut> staircut;
   DraftMetrics total;
+  std::function<void(const DraftStep&)> trace;
 
   explicit Impl(Model& m) : model(m) {}
   void start(const DraftOptions& o);
@@ -125,6 +126,7 @@ Drafting::Drafting(Model& model, std::vector<NamedFactory> factories, const Draf
 Drafting::~Drafting() = default;
 
 const DraftMetrics& Drafting::metrics() const { return impl_->total; }
+void Drafting::set_trace(std::function<void(const DraftStep&)> on_step) { impl_->trace = std::move(on_step); }
 StairCut& Drafting::staircut() { return *impl_->staircut; }
 const std::vector<std::string>& Drafting::names() const { return impl_->names; }
 
@@ -187,6 +189,9 @@ struct DraftedRequest::State {
       bool dead = false;
       while (it->judged < it->tokens.size() && it->start + it->judged < history.size()) {
         bool ok = it->tokens[it->judged] == history[it->start + it->judged];
+        auto& pd = m.drafters[size_t(it->drafter)];
+        ++pd.reached_at[it->judged];
+        if (ok) ++pd.matched_at[it->judged];
         sc.record_acceptance(it->drafter, it->bucket, int(++it->judged), ok);
         if (!ok) {
           dead = true;
@@ -245,7 +250,8 @@ void DraftedRequest::start(int32_t first) {
   s.m.accepted_at.assign(size_t(sc.max_k()), 0);
   s.m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
   for (const auto& d : s.im.slots)
-    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram});
+    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram, s.m.tried_at,
+                            s.m.tried_at, s.m.tried_at});
   s.m.generated_tokens = 1;
   sc.reset_request();
   s.history = s.prompt;
@@ -313,6 +319,7 @@ void DraftedRequest::plan(int max_tokens, std::vector<int32_t>& tokens, bool& al
     }
     int bucket = dr.bucket * kCopyBins + copy_bin(s.copy_run[d]);
     ++m.drafters[d].proposals;
+    for (size_t j = 0; j < dr.tokens.size(); ++j) ++m.drafters[d].proposed_at[j];
     s.offers.push_back({int(d), std::min(int(dr.tokens.size()), cap), bucket});
     s.pending.push_back({int(d), bucket, s.history.size(), dr.tokens});
   }
@@ -398,6 +405,18 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
     for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++pd.tried_at[size_t(j)];
     for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++pd.accepted_at[size_t(j)];
   }
+  if (im.trace) {
+    DraftStep t;
+    t.committed = pos0;
+    for (size_t d = 0; d < nd; ++d)  // with cap = 0 nobody was asked and s.drafts holds the last step's
+      t.proposals.emplace_back(im.slots[d].name, cap > 0 ? s.drafts[d].tokens : std::vector<int32_t>());
+    if (k > 0) t.chain = im.slots[size_t(pick.drafter)].name;
+    t.k = k;
+    t.accepted = accepted;
+    t.tokens = s.fresh;
+    t.has_bonus = int(s.fresh.size()) == accepted + 1;
+    im.trace(t);
+  }
   s.settle(pos0);
   return !s.ended;
 }
@@ -424,6 +443,7 @@ void DraftMetrics::add(const DraftMetrics& o) {
     it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
     it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
     sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
+    sum(it->proposed_at, d.proposed_at), sum(it->reached_at, d.reached_at), sum(it->matched_at, d.matched_at);
   }
 }
 
@@ -442,6 +462,22 @@ std::string DraftMetrics::summary() const {
   for (const auto& d : drafters)
     s += fmt::format("drafter {}: {} proposals, {} verified, {} draft tokens, {} accepted, {:.3f} ms proposing\n", d.name,
                      d.proposals, d.drafts, d.drafted_tokens, d.accepted_tokens, d.propose_seconds * 1e3);
+  return s + position_table();
+}
+
+std::string DraftMetrics::position_table() const {
+  // "j:a/n" cells; positions nobody reached are left out.
+  auto cells = [](const std::vector<int64_t>& hit, const std::vector<int64_t>& of) {
+    std::string c;
+    for (size_t j = 0; j < of.size(); ++j)
+      if (of[j]) c += fmt::format(" {}:{}/{}", j + 1, j < hit.size() ? hit[j] : 0, of[j]);
+    return c.empty() ? std::string(" -") : c;
+  };
+  std::string s;
+  for (const auto& d : drafters) {
+    s += fmt::format("drafter {} verified, accepted/tried at j:{}\n", d.name, cells(d.accepted_at, d.tried_at));
+    s += fmt::format("drafter {} proposed, matched/reached at j:{}\n", d.name, cells(d.matched_at, d.reached_at));
+  }
   return s;
 }
 

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <rapidjson/document.h>
+
 #include "tandem/generate.h"
 #include "tandem/npy.h"
 #include "tandem/registry.h"
@@ -107,6 +109,9 @@ TEST(Cli, BadInputsAreOneLineErrors) {
       {"generate --config /nonexistent.yaml --tokens " + pf, "profile '/nonexistent.yaml' cannot be read"},
       {"generate --config " + cfg + " --tokens " + pf + " --device tpu", "no backend plugin provides 'tpu'"},
       {"logits --config " + cfg + " --tokens " + pf, "--out FILE.npy are required"},
+      {"generate --config " + cfg + " --tokens " + pf + " --trace-drafts /tmp/t.jsonl", "--trace-drafts needs drafters"},
+      {"generate --config " + cfg + " --tokens " + pf + " --draft lookup --trace-drafts /nonexistent/t.jsonl",
+       "--trace-drafts '/nonexistent/t.jsonl' cannot be written"},
   };
   for (const auto& c : cases) {
     CliRun r = run(c.args);
@@ -152,11 +157,80 @@ TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
   fs::remove(m.profile);
 }
 
+// --trace-drafts: one JSON line per drafted step; the committed lengths chain, no step accepts more
+// than it verified, and the accepted drafts plus each step's own token, after the prefill's first
+// token, are the generated ids (equal to a plain run's). The tiny chat model repeats itself, so the
+// lookup drafter proposes and is partly accepted.
+TEST(Cli, GenerateTraceDraftsWritesOneLinePerStep) {
+  fs::path dir = fs::temp_directory_path() / ("tandem_cli_trace_" + std::to_string(::getpid()));
+  auto m = test::write_tiny_chat_model(dir.string(),
+                                       test::shared_data("chat_templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"));
+  const fs::path trace = dir.string() + ".jsonl";
+  const std::string args = "generate --config " + m.profile +
+                           " --prompt 'Repeat: hello hello hello hello hello' --max-tokens 300 --print-ids";
+  CliRun plain = run(args);
+  CliRun drafted = run(args + " --draft lookup --draft-k 4 --trace-drafts " + trace.string());
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(drafted.status, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, plain.out);
+  std::vector<int32_t> ids;
+  {
+    std::stringstream ss(drafted.out);
+    for (int32_t v; ss >> v;) ids.push_back(v);
+  }
+  ASSERT_GT(ids.size(), 1u);
+  // "drafting: N steps (…)" on stderr: the number of lines the trace must hold.
+  const size_t at = drafted.err.find("drafting: ");
+  ASSERT_NE(at, std::string::npos) << drafted.err;
+  const long steps = std::stol(drafted.err.substr(at + 10));
+
+  std::ifstream f(trace);
+  ASSERT_TRUE(f.good()) << trace;
+  std::vector<int32_t> emitted = {ids[0]};
+  int64_t committed = -1;
+  long lines = 0, accepted_total = 0, partial = 0;
+  for (std::string line; std::getline(f, line); ++lines) {
+    rapidjson::Document d;
+    d.Parse(line.c_str());
+    ASSERT_FALSE(d.HasParseError()) << "line " << lines << ": " << line;
+    EXPECT_EQ(d["step"].GetInt64(), lines);
+    if (committed >= 0) EXPECT_EQ(d["committed"].GetInt64(), committed) << line;
+    const int k = d["k"].GetInt(), accepted = d["accepted"].GetInt();
+    EXPECT_LE(accepted, k) << line;
+    ASSERT_TRUE(d["proposals"].IsObject() && d["proposals"].HasMember("lookup")) << line;
+    const auto& proposal = d["proposals"]["lookup"];
+    EXPECT_EQ(k > 0, d["chain"].IsString()) << line;
+    if (k > 0) {
+      EXPECT_STREQ(d["chain"].GetString(), "lookup");
+      ASSERT_GE(int(proposal.Size()), k) << line;
+    }
+    const auto& acc = d["accepted_tokens"];
+    ASSERT_EQ(int(acc.Size()), accepted) << line;
+    for (int i = 0; i < accepted; ++i) {
+      EXPECT_EQ(acc[rapidjson::SizeType(i)].GetInt(), proposal[rapidjson::SizeType(i)].GetInt()) << line;
+      emitted.push_back(acc[rapidjson::SizeType(i)].GetInt());
+    }
+    if (!d["bonus"].IsNull()) emitted.push_back(d["bonus"].GetInt());
+    accepted_total += accepted;
+    partial += k > 0 && accepted < k;
+    committed = d["committed"].GetInt64() + accepted + 1;
+  }
+  EXPECT_EQ(lines, steps);
+  EXPECT_EQ(emitted, ids);
+  EXPECT_GT(accepted_total, 0) << "lookup had nothing accepted; the trace shows no drafting";
+  std::printf("trace: %ld steps, %ld drafts accepted, %ld chains partly rejected\n", lines, accepted_total, partial);
+  fs::remove(trace);
+  fs::remove_all(dir);
+  fs::remove(m.profile);
+}
+
 // Every command's --help (and -h) is its usage on stdout, exit 0: a line naming the command, then its
 // main flags with their help, read from the same table the parser checks flags against.
 TEST(Cli, EveryCommandHasHelp) {
   const std::map<std::string, std::vector<std::string>> commands = {
-      {"generate", {"--prompt TEXT", "--tokens FILE", "--max-tokens N", "--draft", "--config", "--model PATH"}},
+      {"generate",
+       {"--prompt TEXT", "--tokens FILE", "--max-tokens N", "--draft", "--trace-drafts FILE.jsonl", "--config",
+        "--model PATH"}},
       {"logits", {"--tokens FILE", "--out FILE.npy", "--model PATH"}},
       {"inspect", {"--config", "--model PATH", "--tensor NAME", "--dequantize OUT.npy"}},
       {"eval", {"--text FILE", "--tokens FILE", "--rows R", "--row-tokens N", "--ref-config", "--ref-model PATH",

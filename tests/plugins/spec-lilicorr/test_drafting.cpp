@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 
 #include "drafter.h"
 #include "gpu_required.h"
@@ -108,7 +109,7 @@ TEST_F(LilicorrDrafting, DraftedGreedyEqualsPlainWithTheBackboneOnly) {
   expect_lossless(*m, d, "lilicorr backbone argmax");
 }
 
-// The drafter as served: looked up by name in the plugin registry, beside lookup.
+// The drafter as served: looked up by name in the plugin registry, beside lookup; and its trace.
 TEST_F(LilicorrDrafting, WithLookupThroughTheRegistry) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
@@ -117,6 +118,23 @@ TEST_F(LilicorrDrafting, WithLookupThroughTheRegistry) {
   o.drafters = {"lilicorr", "lookup"};
   Drafting d(*m, test::registry(), o);
   expect_lossless(*m, d, "lilicorr + lookup");
+
+  // The trace of a run (what `tandem generate --trace-drafts` writes): each step lists lilicorr's and
+  // lookup's proposals, and the steps add up to the output.
+  std::vector<DraftStep> steps;
+  d.set_trace([&](const DraftStep& s) { steps.push_back(s); });
+  const auto p = prompt(23);
+  const auto plain = generate(*m, p, test::run_options(kTokens)).tokens;
+  DraftMetrics dm;
+  ASSERT_EQ(d.generate(p, test::run_options(kTokens), {}, &dm).tokens, plain);
+  ASSERT_EQ(int64_t(steps.size()), dm.steps);
+  const test::TraceCounts c = test::check_trace(steps, p.size(), plain, {"lilicorr", "lookup"});
+  EXPECT_GT(c.proposed[0], 0) << "lilicorr proposed nothing";
+  ASSERT_EQ(dm.drafters.size(), 2u);
+  EXPECT_EQ(std::accumulate(dm.drafters[0].proposed_at.begin(), dm.drafters[0].proposed_at.end(), int64_t(0)),
+            c.proposed[0]);
+  EXPECT_EQ(std::accumulate(dm.drafters[1].proposed_at.begin(), dm.drafters[1].proposed_at.end(), int64_t(0)),
+            c.proposed[1]);
 }
 
 // The proposal is the first max_n tokens of the full block (the block never shrinks).

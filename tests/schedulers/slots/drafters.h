@@ -98,6 +98,52 @@ inline DraftOptions fixed_costs(int force_k = -1) {
   return o;
 }
 
+// Checks a drafted run's trace (Drafting::set_trace) against its output: one DraftStep per verify
+// pass, each naming every drafter in order; committed lengths chain from the prompt (+ accepted + 1);
+// accepted ≤ k; the accepted tokens are the verified chain's prefix and a rejected draft differs from
+// the target's token (greedy); the first token plus every step's tokens are the output.
+struct TraceCounts {
+  std::vector<int64_t> proposed;  // tokens proposed, per drafter
+  int partial = 0, full = 0;      // verified chains partly rejected / accepted whole
+};
+inline TraceCounts check_trace(const std::vector<DraftStep>& steps, size_t prompt_size,
+                               const std::vector<int32_t>& output, const std::vector<std::string>& names) {
+  TraceCounts c;
+  c.proposed.assign(names.size(), 0);
+  int64_t committed = int64_t(prompt_size);
+  std::vector<int32_t> emitted;
+  if (!output.empty()) emitted.push_back(output[0]);  // the prefill picks the first token
+  for (const DraftStep& s : steps) {
+    EXPECT_EQ(s.committed, committed);
+    EXPECT_LE(s.accepted, s.k);
+    EXPECT_EQ(s.k == 0, s.chain.empty());
+    EXPECT_EQ(s.tokens.size(), size_t(s.accepted) + (s.has_bonus ? 1 : 0));
+    if (s.proposals.size() != names.size()) {
+      ADD_FAILURE() << "a step lists " << s.proposals.size() << " drafters, expected " << names.size();
+      return c;
+    }
+    const std::vector<int32_t>* chain = nullptr;
+    for (size_t i = 0; i < names.size(); ++i) {
+      EXPECT_EQ(s.proposals[i].first, names[i]);
+      c.proposed[i] += int64_t(s.proposals[i].second.size());
+      if (s.proposals[i].first == s.chain) chain = &s.proposals[i].second;
+    }
+    if (s.k > 0) {
+      if (!chain || int(chain->size()) < s.k) {
+        ADD_FAILURE() << "the verified chain '" << s.chain << "' is not a prefix of its drafter's proposal";
+        return c;
+      }
+      for (int i = 0; i < s.accepted && size_t(i) < s.tokens.size(); ++i) EXPECT_EQ(s.tokens[size_t(i)], (*chain)[size_t(i)]);
+      if (s.has_bonus && s.accepted < s.k) EXPECT_NE(s.bonus(), (*chain)[size_t(s.accepted)]);
+      c.partial += s.accepted < s.k, c.full += s.accepted == s.k;
+    }
+    emitted.insert(emitted.end(), s.tokens.begin(), s.tokens.end());
+    committed += s.accepted + 1;
+  }
+  EXPECT_EQ(emitted, output) << "the trace's tokens are not the output";
+  return c;
+}
+
 inline GenerateOptions run_options(int max_tokens, bool stop_at_eos = false, int64_t context = 512) {
   GenerateOptions o;
   o.max_tokens = max_tokens;

@@ -87,6 +87,55 @@ TEST(Drafting, MetricsAddUp) {
   EXPECT_NE(dm.summary().find("acceptance by position"), std::string::npos);
 }
 
+// The trace hook sees every verify pass: each drafter's proposal, the chain and k, and what was
+// accepted; the committed lengths chain and the emitted tokens are the output. The retro-scored
+// counters (every proposal, verified or not) agree with the trace and the verified counters.
+TEST(Drafting, TraceAndRetroScoredCountersSeeEveryStep) {
+  Model& m = nolatent();
+  auto truth = std::make_shared<std::vector<int32_t>>();
+  DraftOptions o = test::fixed_costs();
+  Drafting d(m,
+             {{"lookup", test::registry().speculator("lookup")},
+              {"oracle", test::factory_of<test::OracleDrafter>(truth, 0.3, m.desc().vocab, uint64_t(5))}},
+             o);
+  auto plain = generate(m, prompt(), test::run_options(200)).tokens;
+  *truth = prompt();
+  truth->insert(truth->end(), plain.begin(), plain.end());
+  std::vector<DraftStep> steps;
+  d.set_trace([&](const DraftStep& s) { steps.push_back(s); });
+  DraftMetrics dm;
+  ASSERT_EQ(d.generate(prompt(), test::run_options(200), {}, &dm).tokens, plain);
+
+  ASSERT_EQ(int64_t(steps.size()), dm.steps);
+  const test::TraceCounts c = test::check_trace(steps, prompt().size(), plain, {"lookup", "oracle"});
+  const auto& proposed = c.proposed;
+  EXPECT_TRUE(steps.back().has_bonus);  // max_tokens caps k, so the last step ends on the target's token
+  EXPECT_GT(c.partial, 0) << "no chain was partly rejected";
+  EXPECT_GT(c.full, 0) << "no chain was accepted whole";
+  EXPECT_GT(proposed[0], 0) << "lookup proposed nothing";
+  EXPECT_GT(proposed[1], 0) << "the oracle proposed nothing";
+
+  ASSERT_EQ(dm.drafters.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& pd = dm.drafters[i];
+    EXPECT_EQ(std::accumulate(pd.proposed_at.begin(), pd.proposed_at.end(), int64_t(0)), proposed[i]) << pd.name;
+    for (size_t j = 0; j < pd.proposed_at.size(); ++j) {
+      EXPECT_LE(pd.matched_at[j], pd.reached_at[j]);
+      EXPECT_LE(pd.reached_at[j], pd.proposed_at[j]);
+      if (j) EXPECT_LE(pd.reached_at[j], pd.matched_at[j - 1]) << pd.name << " position " << j + 1;
+      // Greedy: a verified draft was judged, and an accepted one matched.
+      EXPECT_LE(pd.tried_at[j], pd.reached_at[j]) << pd.name << " position " << j + 1;
+      EXPECT_LE(pd.accepted_at[j], pd.matched_at[j]) << pd.name << " position " << j + 1;
+    }
+  }
+  // The oracle corrupts 30 % of its tokens: position 1 matches about 70 % of the time.
+  const auto& oracle = dm.drafters[1];
+  ASSERT_GT(oracle.reached_at[0], 50);
+  EXPECT_NEAR(double(oracle.matched_at[0]) / double(oracle.reached_at[0]), 0.7, 0.15) << dm.summary();
+  EXPECT_NE(dm.position_table().find("drafter oracle proposed, matched/reached at j: 1:"), std::string::npos)
+      << dm.position_table();
+}
+
 // Costs measured at start-up (no table given) size the picker, and it drafts by them: the oracle
 // (the plain run's own tokens, 1 in 20 corrupted) pays wherever verifying 6 rows costs less than ~5
 // plain steps (2.5-5x measured on two loaded cores), so its drafts are verified and most accepted.

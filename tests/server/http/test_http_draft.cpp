@@ -219,6 +219,19 @@ TEST(HttpDraft, MetricsCountTheDraftsConsistently) {
   // Acceptance at position j + 1 needs acceptance at j.
   EXPECT_GE(delta("tandem:spec_decode_num_accepted_tokens_per_pos_total" + l + ",position=\"0\"}"),
             delta("tandem:spec_decode_num_accepted_tokens_per_pos_total" + l + ",position=\"1\"}"));
+  // Every proposal retro-scored against the committed text, by 1-based position: proposed ≥ reached ≥
+  // matched; a verified draft was judged and an accepted one matched (greedy).
+  const double proposed_all = delta_sum("tandem:draft_proposed_total" + l);
+  const double reached_all = delta_sum("tandem:draft_reached_total" + l);
+  const double matched_all = delta_sum("tandem:draft_accepted_total" + l);
+  EXPECT_GE(proposed_all, reached_all);
+  EXPECT_GE(reached_all, matched_all);
+  EXPECT_GE(matched_all, accepted);
+  EXPECT_GE(reached_all, reached);
+  auto at = [&](const char* series, int j) { return delta(series + l + ",position=\"" + std::to_string(j) + "\"}"); };
+  EXPECT_GE(at("tandem:draft_reached_total", 1), drafts) << m;
+  EXPECT_LE(at("tandem:draft_reached_total", 2), at("tandem:draft_accepted_total", 1)) << m;
+  EXPECT_GE(at("tandem:draft_proposed_total", 1), at("tandem:draft_proposed_total", 2)) << m;
   EXPECT_GT(metric(m, "tandem:spec_verify_seconds" + model + ",rows=\"1\"}"), 0) << m;
   EXPECT_NE(m.find("drafter=\"lookup\""), std::string::npos);
   EXPECT_NE(m.find("tandem:engine_info{model_name=\"tiny-chat\",drafter=\"lookup\""), std::string::npos) << m;

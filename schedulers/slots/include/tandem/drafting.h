@@ -33,6 +33,10 @@ struct DraftMetrics {
     double propose_seconds = 0;
     std::vector<int64_t> tried_at, accepted_at;  // as below, for this drafter's verified chains
     std::vector<int64_t> k_histogram;            // [k]: steps that verified k ≥ 1 of its drafts
+    // Every proposal, verified or not, retro-scored against the committed text, by position j
+    // ([j − 1]): tokens proposed there; of those, judged (every earlier one matched and the text
+    // reached j); of those, equal to the committed token. α_j = matched_at / reached_at.
+    std::vector<int64_t> proposed_at, reached_at, matched_at;
   };
   int64_t steps = 0;            // verify passes after the prefill (each commits ≥ 1 token)
   int64_t plain_steps = 0;      // steps with k = 0
@@ -51,6 +55,23 @@ struct DraftMetrics {
   void add(const DraftMetrics& other);
   // One line per fact, for stderr and logs.
   std::string summary() const;
+  // Per drafter and position j: verified "accepted/tried" and retro-scored "matched/reached", one
+  // row per drafter, for `tandem bench --draft` and summary().
+  std::string position_table() const;
+};
+
+// One drafted step as it happened, for `tandem generate --trace-drafts` and for comparing a drafter
+// step by step with another implementation.
+struct DraftStep {
+  int64_t committed = 0;  // tokens in the sequence before the step (the anchor is not among them yet)
+  // Each drafter's proposal this step, in the session's drafter order (empty: not asked or none).
+  std::vector<std::pair<std::string, std::vector<int32_t>>> proposals;
+  std::string chain;                 // the drafter whose chain was verified; empty on a plain step
+  int k = 0;                         // drafts verified
+  int accepted = 0;                  // of those, accepted
+  std::vector<int32_t> tokens;       // emitted: the accepted drafts, then the target's own token
+  bool has_bonus = false;            // false only when the request ended on an accepted draft
+  int32_t bonus() const { return has_bonus ? tokens.back() : -1; }
 };
 
 class TANDEM_API Drafting {
@@ -71,6 +92,8 @@ class TANDEM_API Drafting {
                           const std::function<bool(int32_t)>& on_token = {}, DraftMetrics* metrics = nullptr);
 
   const DraftMetrics& metrics() const;  // since construction
+  // Optional: called after every verify pass of every request (null turns it off).
+  void set_trace(std::function<void(const DraftStep&)> on_step);
   StairCut& staircut();
   const std::vector<std::string>& names() const;
 
