@@ -152,6 +152,7 @@ struct DraftedRequest::State {
   // The planned verify pass (plan() → finish()).
   bool planned = false;
   int k = 0, drafter = -1;
+  int cap = 0;  // the planned pass's most drafts (0: no drafter was asked)
   double draft_seconds = 0;
   Clock::time_point verify_start;
   int64_t tap_row0 = 0;  // the pass's first row in the model's taps
@@ -330,6 +331,7 @@ void DraftedRequest::plan(int max_tokens, std::vector<int32_t>& tokens, bool& al
   if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
   s.planned = true;
   s.k = k;
+  s.cap = cap;
   s.drafter = pick.drafter;
   s.draft_seconds = draft_seconds;
   if (&tokens != &s.block) tokens = s.block;
@@ -408,9 +410,9 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
   if (im.trace) {
     DraftStep t;
     t.committed = pos0;
-    for (size_t d = 0; d < nd; ++d)  // with cap = 0 nobody was asked and s.drafts holds the last step's
-      t.proposals.emplace_back(im.slots[d].name, cap > 0 ? s.drafts[d].tokens : std::vector<int32_t>());
-    if (k > 0) t.chain = im.slots[size_t(pick.drafter)].name;
+    for (size_t d = 0; d < im.slots.size(); ++d)  // with cap = 0 nobody was asked: s.drafts holds old ones
+      t.proposals.emplace_back(im.slots[d].name, s.cap > 0 ? s.drafts[d].tokens : std::vector<int32_t>());
+    if (k > 0) t.chain = im.slots[size_t(s.drafter)].name;
     t.k = k;
     t.accepted = accepted;
     t.tokens = s.fresh;
