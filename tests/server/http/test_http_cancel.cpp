@@ -175,6 +175,17 @@ TEST(HttpCancel, SixtyFourClientsHalfLeavingLeaveNothingBehind) {
   // prefill chunk, which it keeps.
   ASSERT_EQ(http_request(port, "POST", "/v1/completions", completion_body(long_prompt(100), 4), auth()).status, 200);
   ASSERT_EQ(http_request(port, "POST", "/v1/completions", completion_body(fixture_prompt(), 4), auth()).status, 200);
+  // … and after four at once: the slots then decode in one batched pass of four rows, whose logits
+  // scratch ([4, vocab]) the model keeps as well.
+  {
+    std::vector<std::thread> warm;
+    for (int i = 0; i < 4; ++i)
+      warm.emplace_back([&] {
+        EXPECT_EQ(http_request(port, "POST", "/v1/completions", completion_body(fixture_prompt(), 24), auth()).status,
+                  200);
+      });
+    for (auto& t : warm) t.join();
+  }
   const size_t live0 = backend->counts->live;
   const std::string m0 = http_request(port, "GET", "/metrics").body;
   ASSERT_EQ(metric(m0, "tandem:sequence_bytes" + kLabel), 0) << m0;
