@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <sstream>
 #include <string>
 
+#include "cli.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
 #include "tandem/backend.h"
@@ -60,22 +60,12 @@ double run(Model& model, const std::vector<std::vector<int32_t>>& prompts, int w
 
 std::vector<int> parse_stream_counts(const std::string& list) {
   std::vector<int> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    int v = 0;
-    try {
-      size_t used = 0;
-      v = std::stoi(item, &used);
-      check(used == item.size(), "");
-    } catch (const std::exception&) {
-      fail("tandem bench: --concurrent takes stream counts like 1,4,8; '", item, "' is not a number");
-    }
-    check(v >= 1 && v <= Model::batch_max_rows, "tandem bench: --concurrent counts must be in [1, ",
-          Model::batch_max_rows, "] (one row each in a pass of at most that many rows), found ", v);
+  for (int64_t v : positive_list(list, "tandem bench: --concurrent", "stream counts")) {
+    check(v <= Model::batch_max_rows, "tandem bench: --concurrent counts must be in [1, ", Model::batch_max_rows,
+          "] (one row each in a pass of at most that many rows), found ", v);
     check(out.empty() || v > out.back(), "tandem bench: --concurrent counts must be ascending without repeats, found ",
           list);
-    out.push_back(v);
+    out.push_back(int(v));
   }
   check(!out.empty(), "tandem bench: --concurrent needs at least one stream count");
   return out;

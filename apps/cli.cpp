@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -197,6 +198,25 @@ DraftOptions draft_options(const Args& a, DraftOptions draft, const std::string&
   check(!a.has("draft-k") || draft.staircut.force_k >= 0, "tandem ", command, ": --draft-k must be at least 0");
   check(!a.has("draft-k") || !draft.drafters.empty(), "tandem ", command, ": --draft-k needs drafters (--draft NAME)");
   return draft;
+}
+
+std::vector<int64_t> positive_list(const std::string& list, const std::string& what, const std::string& noun) {
+  std::vector<int64_t> v;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t pos = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    check(pos == item.size() && n > 0, what, " expects a comma-separated list of positive ", noun, ", found '", item,
+          "'");
+    v.push_back(n);
+  }
+  return v;
 }
 
 }  // namespace tandem::cli

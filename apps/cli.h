@@ -68,5 +68,8 @@ std::function<void(double)> progress_printer(const std::string& what);
 DraftOptions draft_options(const Args& a, DraftOptions profile, const std::string& command);
 // Whitespace-separated token ids.
 std::vector<int32_t> read_tokens(const std::string& path);
+// A comma-separated list of positive integers, in the order given ("512,8192"); anything else is an
+// error "`what` expects a comma-separated list of positive `noun`, found 'item'".
+std::vector<int64_t> positive_list(const std::string& list, const std::string& what, const std::string& noun);
 
 }  // namespace tandem::cli

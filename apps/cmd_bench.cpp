@@ -115,21 +115,7 @@ std::string git_commit() {
 }
 
 std::vector<int64_t> parse_sizes(const std::string& list) {
-  std::vector<int64_t> v;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    long long n = -1;
-    try {
-      n = std::stoll(item, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    check(pos == item.size() && n > 0,
-          "tandem bench: --prefill expects a comma-separated list of positive token counts, found '", item, "'");
-    v.push_back(n);
-  }
+  std::vector<int64_t> v = cli::positive_list(list, "tandem bench: --prefill", "token counts");
   std::sort(v.begin(), v.end());
   return v;
 }
