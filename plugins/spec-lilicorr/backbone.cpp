@@ -24,12 +24,16 @@ void project_kv(const BackboneWeights& w, const BackboneLayer& L, const float* x
 
 }  // namespace
 
+void context_rows(const BackboneWeights& w, const float* feats, int64_t n, std::vector<float>& out) {
+  w.fc.apply(feats, n, out);
+  rms_norm(out.data(), n, w.c.hidden, w.hidden_norm, w.c.eps);
+}
+
 void append_context(const BackboneWeights& w, const float* feats, int64_t n, ContextCache& cache) {
   if (n <= 0) return;
   const BackboneConfig& c = w.c;
   std::vector<float> ctx;
-  w.fc.apply(feats, n, ctx);
-  rms_norm(ctx.data(), n, c.hidden, w.hidden_norm, c.eps);
+  context_rows(w, feats, n, ctx);
   cache.k.resize(size_t(c.layers));
   cache.v.resize(size_t(c.layers));
   std::vector<float> k, v;

@@ -49,6 +49,10 @@ struct ContextCache {
   }
 };
 
+// The context rows hidden_norm(fc(feats)) of n positions from their concatenated taps feats [n, taps·H]
+// into out [n, H] (what every layer's K/V and the head's anchor read).
+void context_rows(const BackboneWeights& w, const float* feats, int64_t n, std::vector<float>& out);
+
 // Appends n positions (rows … rows + n − 1) from their concatenated taps feats [n, taps·H].
 void append_context(const BackboneWeights& w, const float* feats, int64_t n, ContextCache& cache);
 

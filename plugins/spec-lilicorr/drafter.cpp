@@ -98,7 +98,11 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   // The block [anchor, mask × (B − 1)], embedded by the target's table.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
   ids[0] = last_;
-  std::vector<float> x(size_t(B * H)), rows, logits;
+  BlockTrace& t = trace_;
+  t.start = cache_.rows;
+  t.cand.clear(), t.logp.clear(), t.scores = HeadScores{}, t.path.clear();
+  std::vector<float>& rows = t.rows;
+  std::vector<float> x(size_t(B * H)), logits;
   Tensor e = Tensor::f32(static_cast<float*>(emb_dev_->data()), B, H);
   ctx_.embedding->get_rows(ids.data(), int(B), e);
   ctx_.backend->download(x.data(), e.data, e.nbytes());
@@ -121,8 +125,10 @@ void LiliDrafter::propose(int max_n, Draft& out) {
     const HeadWeights& hw = *w_->head;
     const int64_t K = hw.c.topk;
     // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties).
-    std::vector<int32_t> cand(size_t(S * K));
-    std::vector<float> logp(size_t(S * K));
+    std::vector<int32_t>& cand = t.cand;
+    std::vector<float>& logp = t.logp;
+    cand.assign(size_t(S * K), 0);
+    logp.assign(size_t(S * K), 0.0f);
     std::vector<int32_t> order(static_cast<size_t>(V));
     for (int64_t s = 0; s < S; ++s) {
       const float* l = logits.data() + s * V;
@@ -142,9 +148,9 @@ void LiliDrafter::propose(int max_n, Draft& out) {
     Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
     ctx_.embedding->get_rows(cand.data(), int(S * K), ce);
     ctx_.backend->download(emb.data(), ce.data, ce.nbytes());
-    HeadScores sc;
-    score(hw, int(S), emb.data(), logp.data(), rows.data(), cache_.last_row.data(), true, sc);
-    const std::vector<int> path = greedy_path(sc, int(S), int(K));
+    score(hw, int(S), emb.data(), logp.data(), rows.data(), cache_.last_row.data(), true, t.scores);
+    t.path = greedy_path(t.scores, int(S), int(K));
+    const std::vector<int>& path = t.path;
     for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand[size_t(s * K + path[size_t(s)])];
   }
   // The full block ran (its bidirectional rows depend on its width); the loop gets what it asked for.

@@ -20,6 +20,18 @@
 
 namespace tandem::lilicorr {
 
+// What the last propose() computed, kept for tests and the reference comparison
+// (tools/reference/lilicorr_oracle.sh): the block's normed rows 1 … B − 1 [S, H]; with a head, the
+// candidates [S, K] (ids, slot-major), their log-probabilities [S, K], the scores and the walk.
+struct BlockTrace {
+  int64_t start = 0;            // the anchor's position (= context rows)
+  std::vector<float> rows;      // [S, H]
+  std::vector<int32_t> cand;    // [S, K]
+  std::vector<float> logp;      // [S, K]
+  HeadScores scores;
+  std::vector<int> path;        // [S]
+};
+
 class LiliDrafter : public Speculator {
  public:
   LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w);
@@ -33,6 +45,7 @@ class LiliDrafter : public Speculator {
   // The full block's drafts (B − 1 tokens) of the last propose(), and the context cache (tests).
   const std::vector<int32_t>& last_block() const { return block_; }
   const ContextCache& cache() const { return cache_; }
+  const BlockTrace& last_trace() const { return trace_; }
 
  private:
   void take(const TargetHidden& h);
@@ -49,6 +62,7 @@ class LiliDrafter : public Speculator {
   int64_t committed_ = 0;       // tokens committed (prompt included)
   int32_t last_ = -1;           // the last committed token (the next block's anchor)
   std::vector<int32_t> block_;
+  BlockTrace trace_;
   std::vector<float> host_;     // staging for taps
   std::unique_ptr<Buffer> rows_dev_, logits_dev_, emb_dev_;
 };
