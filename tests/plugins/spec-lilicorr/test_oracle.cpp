@@ -370,8 +370,8 @@ TEST(LilicorrOracle, MatchesTheReference) {
           EXPECT_LE(se, kScoreTol) << at << ": pair scores " << sl;
         }
       // Drafts: the walk's prefix while the reference's choice is clear.
+      slots_total += S;
       for (int64_t sl = 0; sl < S; ++sl) {
-        ++slots_total;
         if (!slot_ok[size_t(sl)] || margin[size_t(i * S + sl)] <= kMargin) break;
         ++drafts_compared;
         EXPECT_EQ(t.path[size_t(sl)], path_ref[size_t(i * S + sl)]) << at << ": walk at slot " << sl;
