@@ -1,13 +1,16 @@
 // Causal GQA attention over the f32 KV cache with an online fp32 softmax over tiles of keys. Decode
 // and verify passes (n ≤ kAttentionSplitRows) split the keys of each row into kAttentionSplits
-// ranges, one block per (kv head, split, chunk of (row, head) pairs) sharing each loaded tile among
-// the query heads of the group and the rows of the chunk, then merge the partials; their tiling and
-// reduction trees depend only on the row's own length, so a row's result is batch invariant. Longer
+// ranges, then merge the partials: on tensor cores (3xTF32) for groups of ≤ 16 query heads and head
+// dims ≤ 128, one block per (row, split, kv head); otherwise in fp32 SIMT, one block per (kv head,
+// split, chunk of (row, head) pairs) sharing each loaded tile among the query heads of the group and
+// the rows of the chunk. Their tiling and reduction trees depend only on the row's own length, so a
+// row's result is batch invariant. Longer
 // passes (prefill) run the flash kernel on tensor cores (attention_prefill_cuda.cu), or, for head
 // dims above its largest instance (128), one SIMT block per (query row, head) here.
 #include <algorithm>
 #include <cmath>
 
+#include "tandem/cuda/tensor_core.cuh"
 #include "tandem/cuda/util.cuh"
 #include "kernels_cuda.cuh"
 
@@ -271,6 +274,206 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   }
 }
 
+// ---- split-KV attention on tensor cores (3xTF32), groups of ≤ 16 query heads, hd ≤ 128 ----
+// One block per (row i, split s, kv head g): the group's query heads are the M side of
+// mma.sync.m16n8k8 (zero rows past the group), each of the block's 4 warps walks a quarter of the
+// split's keys (split_size/4, a multiple of 8) in steps of 8 keys with its own online softmax, and the
+// block combines the four in warp order before it writes the split's partial (the SIMT kernel's
+// layout, so the same merge follows). Every boundary is a function of the row's length alone: a row's
+// bits do not depend on n or on the rows beside it. K and V go from global memory straight into the
+// B fragments (no shared-memory tile): with the head dims permuted, lane (g, t) of a quad-row holds
+// dims [HD/4·t, HD/4·(t+1)) of key g for Q·Kᵀ (k = t ↔ dim HD/4·t + 2·step, k = t+4 ↔ +1), and for
+// P·V dims [HD/8·g, HD/8·(g+1)) of keys 2t and 2t+1 (n-tile j, column n ↔ dim HD/8·n + j; the k
+// index of the score accumulator is key 2t for k = t and 2t+1 for k = t+4, as in the flash kernel),
+// so each lane's loads are contiguous 16-byte vectors. Q's A fragments, split hi + lo, are staged once
+// per block in fragment order. Precision as the flash kernel (about 2^-20 relative per product).
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int HD>
+struct TcSplit {
+  static constexpr int kSteps = HD / 8;   // k-steps of Q·Kᵀ and n-tiles of P·V
+  static constexpr int kKDims = HD / 4;   // dims of one key a lane holds for Q·Kᵀ
+  static constexpr int kVDims = HD / 8;   // dims of one value row a lane holds for P·V
+  static constexpr size_t kQBytes = size_t(2 * kSteps * 128) * sizeof(float);
+  static constexpr size_t kMergeBytes = size_t(kTcWarps * (16 * HD + 32)) * sizeof(float);
+  static constexpr size_t kBytes = kQBytes > kMergeBytes ? kQBytes : kMergeBytes;
+};
+
+// `count` floats (a multiple of 4) from src into r; zeros where the float4 starts at a dim ≥ hd or
+// when !ok.
+template <int kCount>
+__device__ __forceinline__ void load_dims(float (&r)[kCount], const float* src, int dim0, int hd, bool ok) {
+#pragma unroll
+  for (int j = 0; j < kCount / 4; ++j) {
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (ok && dim0 + 4 * j < hd) x = __ldg(reinterpret_cast<const float4*>(src) + j);
+    r[4 * j] = x.x, r[4 * j + 1] = x.y, r[4 * j + 2] = x.z, r[4 * j + 3] = x.w;
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kTcThreads, 3)
+    attention_split_tc_kernel(const float* q, const float* kc, const float* vc, int64_t pos0_arg,
+                              const int64_t* pos0_device, int nq, int nkv, int hd, float scale_log2,
+                              float* part_o, float* part_m, float* part_l) {
+  using C = TcSplit<HD>;
+  const int64_t pos0 = pos0_device ? *pos0_device : pos0_arg;
+  // Rows vary fastest, so the blocks that read the same split of a verify pass run together (L2).
+  const int64_t i = blockIdx.x;
+  const int s = blockIdx.y, g = blockIdx.z, group = nq / nkv;
+  int64_t lo, hi;
+  split_range(i, pos0, s, lo, hi);
+  if (lo >= hi) return;  // the merge reads only the row's non-empty splits
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+  const int64_t kw = int64_t(nkv) * hd;
+
+  extern __shared__ float4 tc_smem4[];
+  float* smem = reinterpret_cast<float*>(tc_smem4);
+  float* qh = smem;                   // [kSteps][32 lanes][4]: A fragments, tf32 hi
+  float* ql = qh + C::kSteps * 128;   // the lo parts
+  const float* qrow = q + i * int64_t(nq) * hd + int64_t(g) * group * hd;
+  for (int e = threadIdx.x; e < C::kSteps * 128; e += kTcThreads) {
+    const int step = e >> 7, ln = (e >> 2) & 31, c = e & 3;
+    const int head = (ln >> 2) + 8 * (c & 1), dim = C::kKDims * (ln & 3) + 2 * step + (c >> 1);
+    const float x = head < group && dim < hd ? qrow[int64_t(head) * hd + dim] : 0.0f;
+    uint32_t h, l;
+    split_tf32(x, h, l);
+    qh[e] = __uint_as_float(h), ql[e] = __uint_as_float(l);
+  }
+  __syncthreads();
+
+  const int64_t quarter = split_size(pos0 + i + 1) / kTcWarps;
+  const int64_t wlo = lo + warp * quarter, whi = wlo + quarter < hi ? wlo + quarter : hi;
+  const float* kbase = kc + int64_t(g) * hd;
+  const float* vbase = vc + int64_t(g) * hd;
+  float o[C::kSteps][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < C::kSteps; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  for (int64_t k0 = wlo; k0 < whi; k0 += 8) {
+    float kr[C::kKDims], v0[C::kVDims], v1[C::kVDims];
+    const int64_t kkey = k0 + gq, vkey = k0 + 2 * tq;
+    load_dims(kr, kbase + kkey * kw + C::kKDims * tq, C::kKDims * tq, hd, kkey < whi);
+    load_dims(v0, vbase + vkey * kw + C::kVDims * gq, C::kVDims * gq, hd, vkey < whi);
+    load_dims(v1, vbase + (vkey + 1) * kw + C::kVDims * gq, C::kVDims * gq, hd, vkey + 1 < whi);
+
+    float sc[4] = {0.f, 0.f, 0.f, 0.f};  // heads gq, gq+8 × keys k0+2tq, +1
+#pragma unroll
+    for (int step = 0; step < C::kSteps; ++step) {
+      const float4 h4 = reinterpret_cast<const float4*>(qh)[step * 32 + lane];
+      const float4 l4 = reinterpret_cast<const float4*>(ql)[step * 32 + lane];
+      const uint32_t ah[4] = {__float_as_uint(h4.x), __float_as_uint(h4.y), __float_as_uint(h4.z),
+                              __float_as_uint(h4.w)};
+      const uint32_t al[4] = {__float_as_uint(l4.x), __float_as_uint(l4.y), __float_as_uint(l4.z),
+                              __float_as_uint(l4.w)};
+      uint32_t bh0, bh1, bl0, bl1;
+      split_tf32(kr[2 * step], bh0, bl0);
+      split_tf32(kr[2 * step + 1], bh1, bl1);
+      mma1688_3xtf32(sc, ah, al, bh0, bh1, bl0, bl1);
+    }
+    // Online softmax in base 2; a head's row spans the 4 lanes of a quad. Every step has a key
+    // below whi, so the running max is finite from the first step on.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float x = sc[c] * scale_log2;
+      if (k0 + 2 * tq + (c & 1) >= whi) x = -INFINITY;
+      sc[c] = x;
+      mx[c >> 1] = fmaxf(mx[c >> 1], x);
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      corr[r] = exp2f(m[r] - mx[r]);  // 0 on the warp's first step (m = −inf)
+      m[r] = mx[r];
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float p = exp2f(sc[c] - m[c >> 1]);
+      sc[c] = p;
+      l[c >> 1] += p;
+    }
+    uint32_t ph[4], pl[4];
+    split_tf32(sc[0], ph[0], pl[0]);
+    split_tf32(sc[2], ph[1], pl[1]);
+    split_tf32(sc[1], ph[2], pl[2]);
+    split_tf32(sc[3], ph[3], pl[3]);
+#pragma unroll
+    for (int j = 0; j < C::kSteps; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[j][c] *= corr[c >> 1];
+      uint32_t bh0, bh1, bl0, bl1;
+      split_tf32(v0[j], bh0, bl0);
+      split_tf32(v1[j], bh1, bl1);
+      mma1688_3xtf32(o[j], ph, pl, bh0, bh1, bl0, bl1);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+
+  // The four quarters, combined in warp order (an empty quarter has m = −inf and is skipped).
+  __syncthreads();  // Q's fragments are no longer read: the merge buffers alias them
+  float* mo = smem;                     // [warps][16 heads][HD]
+  float* mm = mo + kTcWarps * 16 * HD;  // [warps][16]
+  float* ml = mm + kTcWarps * 16;       // [warps][16]
+#pragma unroll
+  for (int j = 0; j < C::kSteps; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int head = gq + 8 * (c >> 1), dim = C::kVDims * (2 * tq + (c & 1)) + j;
+      mo[(warp * 16 + head) * HD + dim] = o[j][c];
+    }
+  if (tq == 0) {
+    mm[warp * 16 + gq] = m[0], mm[warp * 16 + gq + 8] = m[1];
+    ml[warp * 16 + gq] = l[0], ml[warp * 16 + gq + 8] = l[1];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < group * hd; e += kTcThreads) {
+    const int h = e / hd, d = e % hd;
+    float mxw = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) mxw = fmaxf(mxw, mm[w * 16 + h]);
+    float sum = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float mw = mm[w * 16 + h];
+      if (mw == -INFINITY) continue;
+      const float wt = exp2f(mw - mxw);
+      sum = fmaf(wt, ml[w * 16 + h], sum);
+      acc = fmaf(wt, mo[(w * 16 + h) * HD + d], acc);
+    }
+    const int64_t idx = (i * nq + g * group + h) * kAttentionSplits + s;
+    part_o[idx * hd + d] = acc;
+    if (d == 0) part_m[idx] = mxw * kLn2, part_l[idx] = sum;  // the merge weighs splits by e^part_m
+  }
+}
+
+template <int HD>
+void launch_split_tc(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0, int nq,
+                     int nkv, int hd, float* part_o, float* part_m, float* part_l, cudaStream_t stream,
+                     const int64_t* pos0_device) {
+  const float scale_log2 = 1.4426950408889634f / sqrtf(float(hd));  // log2(e)/√hd
+  const dim3 grid{unsigned(n), unsigned(kAttentionSplits), unsigned(nkv)};
+  attention_split_tc_kernel<HD><<<grid, kTcThreads, TcSplit<HD>::kBytes, stream>>>(
+      q, k_cache, v_cache, pos0, pos0_device, nq, nkv, hd, scale_log2, part_o, part_m, part_l);
+  check_launch("attention_split_tc");
+}
+
+// The tensor-core split kernel takes groups of ≤ 16 query heads and 16-byte aligned cache rows of
+// 32 < hd ≤ 128 floats (hd % 4 == 0); TANDEM_CUDA_ATTN_SIMT=1 keeps every pass on the SIMT kernel.
+bool split_tc_fits(const float* k_cache, const float* v_cache, int nq, int nkv, int hd) {
+  return nq / nkv <= 16 && hd % 4 == 0 && hd >= 8 && hd <= 128 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(v_cache) % 16 == 0 && !env_is_one("TANDEM_CUDA_ATTN_SIMT");
+}
+
 // One block per (query head, row): the row's non-empty splits combined in split order.
 constexpr int kMergeThreads = 128;
 __global__ void __launch_bounds__(kMergeThreads)
@@ -402,7 +605,12 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
                      : kd <= 4 ? launch_split<4>
                      : kd <= 8 ? launch_split<8>
                                : launch_split<16>;
-  split(q, k_cache, v_cache, n, pos0, nq, nkv, hd, scale, part_o, part_m, part_l, stream, pos0_device);
+  if (split_tc_fits(k_cache, v_cache, nq, nkv, hd)) {
+    const auto tc = hd <= 32 ? launch_split_tc<32> : hd <= 64 ? launch_split_tc<64> : launch_split_tc<128>;
+    tc(q, k_cache, v_cache, n, pos0, nq, nkv, hd, part_o, part_m, part_l, stream, pos0_device);
+  } else {
+    split(q, k_cache, v_cache, n, pos0, nq, nkv, hd, scale, part_o, part_m, part_l, stream, pos0_device);
+  }
   attention_merge_kernel<<<dim3(unsigned(nq), unsigned(n)), kMergeThreads, 0, stream>>>(part_o, part_m, part_l, pos0,
                                                                                        pos0_device, nq, hd, out);
   check_launch("attention_merge");

@@ -1,11 +1,13 @@
 // CUDA attention against the CPU kernel: decode, verify and prefill shapes, several key tiles, the
 // cache writes, and batch invariance (a row's bits do not depend on the rows beside it). Passes of
-// up to 64 rows run the split-KV kernel (fp32 SIMT, 1e-5), longer ones the flash kernel (3xTF32 on
+// up to 64 rows run a split-KV kernel (3xTF32 on tensor cores for groups of ≤ 16 heads and hd ≤ 128,
+// else fp32 SIMT; 1e-5 both), longer ones the flash kernel (3xTF32 on
 // tensor cores, 2e-5: test_cuda_attention_prefill.cpp says why) or, for head dims past 128, the
 // per-row SIMT kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -160,6 +162,21 @@ TEST(CudaAttention, SplitMatchesCpuAndIsBatchInvariantAtLongContexts) {
     for (int64_t ctx : {1, 7, 129, 1000, 4070, 4097, 20011, 20450})
       worst = std::max(worst, check_long_case(be, s, ctx, {1, 2, 8, 16, 33, 64}, true, seed += 3));
   record("split attention vs cpu, contexts to 20k (abs, |out| <= 1)", worst, 1e-5);
+}
+
+// The SIMT split kernel, which the tensor-core one replaced for these shapes, stays right for them
+// (TANDEM_CUDA_ATTN_SIMT=1 is read at every launch).
+TEST(CudaAttention, SimtSplitMatchesCpuWhenForced) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  ASSERT_EQ(setenv("TANDEM_CUDA_ATTN_SIMT", "1", 1), 0);
+  double worst = 0;
+  uint64_t seed = 2100;
+  for (Shape s : {Shape{32, 2, 128}, Shape{8, 2, 64}})
+    for (int64_t ctx : {1, 129, 4097})
+      worst = std::max(worst, check_long_case(be, s, ctx, {1, 8, 64}, true, seed += 3));
+  unsetenv("TANDEM_CUDA_ATTN_SIMT");
+  record("split attention (SIMT forced) vs cpu (abs, |out| <= 1)", worst, 1e-5);
 }
 
 // Head sizes off the fast paths: not a multiple of 4 (scalar cache loads), between powers of two,
