@@ -9,6 +9,8 @@
 // dims above its largest instance (128), one SIMT block per (query row, head) here.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "tandem/cuda/tensor_core.cuh"
 #include "tandem/cuda/util.cuh"
@@ -313,8 +315,8 @@ __device__ __forceinline__ void load_dims(float (&r)[kCount], const float* src, 
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kTcThreads, 3)
+template <int HD, bool kPrefetch>
+__global__ void __launch_bounds__(kTcThreads, kPrefetch ? 2 : 3)
     attention_split_tc_kernel(const float* q, const float* kc, const float* vc, int64_t pos0_arg,
                               const int64_t* pos0_device, int nq, int nkv, int hd, float scale_log2,
                               float* part_o, float* part_m, float* part_l) {
@@ -352,12 +354,23 @@ __global__ void __launch_bounds__(kTcThreads, 3)
 #pragma unroll
   for (int j = 0; j < C::kSteps; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-  for (int64_t k0 = wlo; k0 < whi; k0 += 8) {
-    float kr[C::kKDims], v0[C::kVDims], v1[C::kVDims];
+  // This lane's K and V fragments of the 8 keys from k0 (zeros past whi).
+  auto load_step = [&](int64_t k0, float(&kr)[C::kKDims], float(&v0)[C::kVDims], float(&v1)[C::kVDims]) {
     const int64_t kkey = k0 + gq, vkey = k0 + 2 * tq;
     load_dims(kr, kbase + kkey * kw + C::kKDims * tq, C::kKDims * tq, hd, kkey < whi);
     load_dims(v0, vbase + vkey * kw + C::kVDims * gq, C::kVDims * gq, hd, vkey < whi);
     load_dims(v1, vbase + (vkey + 1) * kw + C::kVDims * gq, C::kVDims * gq, hd, vkey + 1 < whi);
+  };
+  float kr[C::kKDims], v0[C::kVDims], v1[C::kVDims];
+  if (kPrefetch && wlo < whi) load_step(wlo, kr, v0, v1);
+  for (int64_t k0 = wlo; k0 < whi; k0 += 8) {
+    // With kPrefetch the next step's loads are in flight while this one computes.
+    float nk[C::kKDims], nv0[C::kVDims], nv1[C::kVDims];
+    if (kPrefetch) {
+      if (k0 + 8 < whi) load_step(k0 + 8, nk, nv0, nv1);
+    } else {
+      load_step(k0, kr, v0, v1);
+    }
 
     float sc[4] = {0.f, 0.f, 0.f, 0.f};  // heads gq, gq+8 × keys k0+2tq, +1
 #pragma unroll
@@ -412,6 +425,12 @@ __global__ void __launch_bounds__(kTcThreads, 3)
       split_tf32(v1[j], bh1, bl1);
       mma1688_3xtf32(o[j], ph, pl, bh0, bh1, bl0, bl1);
     }
+    if (kPrefetch) {
+#pragma unroll
+      for (int j = 0; j < C::kKDims; ++j) kr[j] = nk[j];
+#pragma unroll
+      for (int j = 0; j < C::kVDims; ++j) v0[j] = nv0[j], v1[j] = nv1[j];
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -462,8 +481,14 @@ void launch_split_tc(const float* q, const float* k_cache, const float* v_cache,
                      const int64_t* pos0_device) {
   const float scale_log2 = 1.4426950408889634f / sqrtf(float(hd));  // log2(e)/√hd
   const dim3 grid{unsigned(n), unsigned(kAttentionSplits), unsigned(nkv)};
-  attention_split_tc_kernel<HD><<<grid, kTcThreads, TcSplit<HD>::kBytes, stream>>>(
-      q, k_cache, v_cache, pos0, pos0_device, nq, nkv, hd, scale_log2, part_o, part_m, part_l);
+  // TANDEM_CUDA_ATTN_PREFETCH=0: no loads ahead (fewer registers, more blocks per SM); read once.
+  static const bool prefetch = [] {
+    const char* e = std::getenv("TANDEM_CUDA_ATTN_PREFETCH");
+    return !(e && std::string(e) == "0");
+  }();
+  const auto kernel = prefetch ? attention_split_tc_kernel<HD, true> : attention_split_tc_kernel<HD, false>;
+  kernel<<<grid, kTcThreads, TcSplit<HD>::kBytes, stream>>>(q, k_cache, v_cache, pos0, pos0_device, nq, nkv, hd,
+                                                            scale_log2, part_o, part_m, part_l);
   check_launch("attention_split_tc");
 }
 
