@@ -85,137 +85,6 @@ class SlotsOnDevice : public ::testing::Test {
   }
 };
 
-class BatchSlots : public SlotsOnDevice, public ::testing::WithParamInterface<Case> {};
-
-// Four requests at once; the first prefill step waits until all four are queued, so that from the
-// third round on all four slots decode together.
-TEST_P(BatchSlots, ConcurrentRequestsGiveTheirSoloTokensInOneForwardPerStep) {
-  const Case c = GetParam();
-  Model& m = model();
-  const int V = m.desc().vocab;
-  std::mt19937_64 g(3);
-  std::vector<std::vector<int32_t>> prompts;
-  for (auto [base, middle] : {std::pair{3, 2}, {4, 5}, {5, 8}, {3, 1}}) {
-    // A passage, other tokens, the passage again: the lookup drafter proposes what followed it.
-    std::vector<int32_t> passage, p;
-    for (int i = 0; i < base; ++i) passage.push_back(int32_t(g() % uint64_t(V)));
-    p = passage;
-    for (int i = 0; i < middle; ++i) p.push_back(int32_t(g() % uint64_t(V)));
-    p.insert(p.end(), passage.begin(), passage.end());
-    prompts.push_back(p);
-  }
-  auto sampling = [&](size_t i) {
-    SamplingParams s;
-    s.temperature = c.temperature;
-    s.seed = 1000 + i;
-    return s;
-  };
-  // The references: each request alone (drafting is lossless, so plain decoding is the reference).
-  std::vector<std::vector<int32_t>> want;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateOptions o;
-    o.max_tokens = kMaxTokens;
-    o.context = kContext;
-    o.sampling = sampling(i);
-    o.stop_at_eos = false;
-    o.prefill_chunk = kChunk;
-    want.push_back(generate(m, prompts[i], o).tokens);
-  }
-
-  std::promise<void> all_queued;
-  std::shared_future<void> queued = all_queued.get_future().share();
-  std::vector<int64_t> per_step;  // the model's passes in each step (engine thread, read after join)
-  int64_t last = 0;
-  SchedulerOptions so;
-  so.slots = 4;
-  so.context = kContext;
-  so.prefill_chunk = kChunk;
-  so.step_tokens = 8 * kChunk;  // every prompt's chunks in the first two steps: then all four decode together
-  if (c.drafted) {
-    so.draft.drafters = {"lookup"};
-    // One-token matches too, so that the short runs here propose.
-    so.draft.settings["lookup"] = SpeculatorSettings("test", "draft.lookup", {{"n_min", "1"}});
-    so.draft.staircut.force_k = 3;
-    so.draft.verify_costs.assign(size_t(so.draft.staircut.max_k) + 1, 1e-3);
-  }
-  so.after_step = [&] {
-    queued.wait();
-    per_step.push_back(m.passes() - last);
-    last = m.passes();
-  };
-  DraftCount events;
-  const int64_t start = m.passes();
-  last = start;
-  {
-    SlotScheduler sched(m, std::make_shared<TokensOnly>(), events, so, &registry());
-    std::vector<std::shared_ptr<Job>> jobs;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto j = std::make_shared<Job>();
-      j->request_id = "r" + std::to_string(i);
-      j->prompt = prompts[i];
-      j->max_tokens = kMaxTokens;
-      j->params.sampling = sampling(i);
-      j->params.ignore_eos = true;
-      ASSERT_EQ(sched.submit(j), SlotScheduler::Admission::accepted);
-      jobs.push_back(j);
-    }
-    all_queued.set_value();
-    std::vector<std::vector<int32_t>> got(jobs.size());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      for (;;) {
-        JobOutput o = jobs[i]->take();
-        got[i].insert(got[i].end(), o.tokens.begin(), o.tokens.end());
-        if (o.done) {
-          EXPECT_FALSE(o.error) << "request " << i << ": " << o.error->message;
-          EXPECT_EQ(o.finish_reason, "length") << "request " << i;
-          break;
-        }
-        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "request " << i << " did not finish";
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      EXPECT_EQ(got[i], want[i]) << "request " << i << " (prompt of " << prompts[i].size()
-                                 << " tokens) differs from its solo run";
-    }
-  }  // joins the engine thread
-  // Every step is one forward: a prefill chunk, or the batched passes of all decoding slots.
-  for (size_t s = 0; s < per_step.size(); ++s) EXPECT_EQ(per_step[s], 1) << "step " << s;
-  // Alone, the requests take Σ (prefill chunks + kMaxTokens − 1 decode passes) forwards; batched, the
-  // prefill chunks (each its own step) and about kMaxTokens − 1 decode steps for all of them.
-  int64_t chunks = 0, solo = 0;
-  for (const auto& p : prompts) chunks += (int64_t(p.size()) + kChunk - 1) / kChunk;
-  solo = chunks + int64_t(prompts.size()) * (kMaxTokens - 1);
-  const int64_t batched = m.passes() - start;
-  EXPECT_EQ(batched, int64_t(per_step.size()));
-  if (!c.drafted) {
-    EXPECT_LE(batched, chunks + (kMaxTokens - 1) + 4) << "solo runs would take " << solo;
-  } else {
-    EXPECT_LT(batched, solo);  // fewer forwards still: every step batches the slots (and drafts)
-    EXPECT_GT(events.drafted_tokens, 0) << "the lookup drafter never drafted: the passes were all 1 row";
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, BatchSlots,
-                         ::testing::Values(Case{"greedy", 0.0f, false}, Case{"seeded", 0.9f, false},
-                                           Case{"greedy_drafted", 0.0f, true}, Case{"seeded_drafted", 0.9f, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
-
-TEST_F(SlotsOnDevice, BatchRowsOutsideItsRangeIsAnError) {
-  NoEvents events;
-  for (int rows : {0, Model::batch_max_rows + 1}) {
-    SchedulerOptions so;
-    so.batch_rows = rows;
-    try {
-      SlotScheduler sched(model(), std::make_shared<TokensOnly>(), events, so);
-      ADD_FAILURE() << "batch_rows " << rows << " was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("batch_rows must be in [1, 16], found " + std::to_string(rows)),
-                std::string::npos)
-          << e.what();
-    }
-  }
-}
-
 // Runs `jobs` (submitted together) to the end; their tokens, in order.
 std::vector<std::vector<int32_t>> run_jobs(SlotScheduler& sched, const std::vector<std::shared_ptr<Job>>& jobs,
                                            std::vector<JobOutput>* last = nullptr) {
@@ -264,6 +133,113 @@ std::vector<int32_t> random_prompt(std::mt19937_64& g, int n) {
   std::vector<int32_t> p;
   for (int i = 0; i < n; ++i) p.push_back(int32_t(g() % uint64_t(model().desc().vocab)));
   return p;
+}
+
+class BatchSlots : public SlotsOnDevice, public ::testing::WithParamInterface<Case> {};
+
+// Four requests at once; the first prefill step waits until all four are queued, so that from the
+// third round on all four slots decode together.
+TEST_P(BatchSlots, ConcurrentRequestsGiveTheirSoloTokensInOneForwardPerStep) {
+  const Case c = GetParam();
+  Model& m = model();
+  const int V = m.desc().vocab;
+  std::mt19937_64 g(3);
+  std::vector<std::vector<int32_t>> prompts;
+  for (auto [base, middle] : {std::pair{3, 2}, {4, 5}, {5, 8}, {3, 1}}) {
+    // A passage, other tokens, the passage again: the lookup drafter proposes what followed it.
+    std::vector<int32_t> passage, p;
+    for (int i = 0; i < base; ++i) passage.push_back(int32_t(g() % uint64_t(V)));
+    p = passage;
+    for (int i = 0; i < middle; ++i) p.push_back(int32_t(g() % uint64_t(V)));
+    p.insert(p.end(), passage.begin(), passage.end());
+    prompts.push_back(p);
+  }
+  auto sampling = [&](size_t i) {
+    SamplingParams s;
+    s.temperature = c.temperature;
+    s.seed = 1000 + i;
+    return s;
+  };
+  // The references: each request alone (drafting is lossless, so plain decoding is the reference).
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) want.push_back(solo(prompts[i], kMaxTokens, sampling(i)));
+
+  std::promise<void> all_queued;
+  std::shared_future<void> queued = all_queued.get_future().share();
+  std::vector<int64_t> per_step;  // the model's passes in each step (engine thread, read after join)
+  int64_t last = 0;
+  SchedulerOptions so;
+  so.slots = 4;
+  so.context = kContext;
+  so.prefill_chunk = kChunk;
+  so.step_tokens = 8 * kChunk;  // every prompt's chunks in the first two steps: then all four decode together
+  if (c.drafted) {
+    so.draft.drafters = {"lookup"};
+    // One-token matches too, so that the short runs here propose.
+    so.draft.settings["lookup"] = SpeculatorSettings("test", "draft.lookup", {{"n_min", "1"}});
+    so.draft.staircut.force_k = 3;
+    so.draft.verify_costs.assign(size_t(so.draft.staircut.max_k) + 1, 1e-3);
+  }
+  so.after_step = [&] {
+    queued.wait();
+    per_step.push_back(m.passes() - last);
+    last = m.passes();
+  };
+  DraftCount events;
+  const int64_t start = m.passes();
+  last = start;
+  {
+    SlotScheduler sched(m, std::make_shared<TokensOnly>(), events, so, &registry());
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      jobs.push_back(make_job("r" + std::to_string(i), prompts[i], kMaxTokens, sampling(i)));
+      ASSERT_EQ(sched.submit(jobs.back()), SlotScheduler::Admission::accepted);
+    }
+    all_queued.set_value();
+    std::vector<JobOutput> outs;
+    const std::vector<std::vector<int32_t>> got = run_jobs(sched, jobs, &outs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (i < outs.size()) EXPECT_EQ(outs[i].finish_reason, "length") << "request " << i;
+      EXPECT_EQ(got[i], want[i]) << "request " << i << " (prompt of " << prompts[i].size()
+                                 << " tokens) differs from its solo run";
+    }
+  }  // joins the engine thread
+  // Every step is one forward: a prefill chunk, or the batched passes of all decoding slots.
+  for (size_t s = 0; s < per_step.size(); ++s) EXPECT_EQ(per_step[s], 1) << "step " << s;
+  // Alone, the requests take Σ (prefill chunks + kMaxTokens − 1 decode passes) forwards; batched, the
+  // prefill chunks (each its own step) and about kMaxTokens − 1 decode steps for all of them.
+  int64_t chunks = 0, solo = 0;
+  for (const auto& p : prompts) chunks += (int64_t(p.size()) + kChunk - 1) / kChunk;
+  solo = chunks + int64_t(prompts.size()) * (kMaxTokens - 1);
+  const int64_t batched = m.passes() - start;
+  EXPECT_EQ(batched, int64_t(per_step.size()));
+  if (!c.drafted) {
+    EXPECT_LE(batched, chunks + (kMaxTokens - 1) + 4) << "solo runs would take " << solo;
+  } else {
+    EXPECT_LT(batched, solo);  // fewer forwards still: every step batches the slots (and drafts)
+    EXPECT_GT(events.drafted_tokens, 0) << "the lookup drafter never drafted: the passes were all 1 row";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, BatchSlots,
+                         ::testing::Values(Case{"greedy", 0.0f, false}, Case{"seeded", 0.9f, false},
+                                           Case{"greedy_drafted", 0.0f, true}, Case{"seeded_drafted", 0.9f, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(SlotsOnDevice, BatchRowsOutsideItsRangeIsAnError) {
+  NoEvents events;
+  for (int rows : {0, Model::batch_max_rows + 1}) {
+    SchedulerOptions so;
+    so.batch_rows = rows;
+    try {
+      SlotScheduler sched(model(), std::make_shared<TokensOnly>(), events, so);
+      ADD_FAILURE() << "batch_rows " << rows << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("batch_rows must be in [1, 16], found " + std::to_string(rows)),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // step_tokens, and the prefill chunks a step holds beside one decode row.
