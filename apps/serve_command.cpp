@@ -66,6 +66,7 @@ const CommandSpec& serve_spec() {
           {"prefix-cache-bytes", "N", "bytes of prefix checkpoints to keep (default 2 GiB; 0: off)"},
           {"prefix-cache-every", "N", "tokens between prefix checkpoints, a multiple of --prefill-chunk (default: each chunk)"},
 
+          {"step-tokens", "N", "tokens per engine step: decode rows, then whole prefill chunks (0 = one chunk)"},
           {"batch-rows", "N", "rows of the decoding slots' passes per forward (1-16)"},
           {"drain-timeout", "S", "seconds running requests may take after SIGTERM (default 60)"},
           {"sse-ping-interval", "S", "keep-alive comment on a silent stream every S seconds (default 5; 0: off)"},
@@ -109,6 +110,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   o.scheduler.prefix_cache.bytes = a.integer("prefix-cache-bytes", ps.prefix_cache_bytes.value_or(kDefaultPrefixCacheBytes));
   o.scheduler.prefix_cache.every = a.integer("prefix-cache-every", ps.prefix_cache_every.value_or(0));
 
+  o.scheduler.step_tokens = int(a.integer("step-tokens", ps.step_tokens.value_or(0)));
   o.scheduler.batch_rows = int(a.integer("batch-rows", ps.batch_rows.value_or(Model::batch_max_rows)));
   o.scheduler.context = p.context;
   // Drafting: the profile's `draft:` section; --draft none serves the same profile plain.
@@ -134,6 +136,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
         "tandem serve: --prefix-cache-every must be 0 or a multiple of --prefill-chunk (", o.scheduler.prefill_chunk,
         "), found ", o.scheduler.prefix_cache.every);
 
+  check(o.scheduler.step_tokens == 0 || o.scheduler.step_tokens >= o.scheduler.prefill_chunk,
+        "tandem serve: --step-tokens must be 0 or at least --prefill-chunk (", o.scheduler.prefill_chunk, "), found ",
+        o.scheduler.step_tokens);
   check(o.scheduler.batch_rows >= 1 && o.scheduler.batch_rows <= Model::batch_max_rows,
         "tandem serve: --batch-rows must be in [1, ", Model::batch_max_rows, "], found ", o.scheduler.batch_rows);
   check(body >= 1024, "tandem serve: --max-body-bytes must be at least 1024, found ", body);

@@ -110,7 +110,7 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.only({"host", "port", "api_key", "api_key_file", "metrics_key", "served_model_name", "aliases", "slots",
           "max_queue", "queue_timeout", "max_body_bytes", "default_max_tokens", "prefill_chunk", "batch_rows", "drain_timeout",
           "sse_ping_interval", "strict_fields", "reasoning_budget", "reasoning_budget_message", "reasoning_effort",
-          "special_tokens_in_user_content", "prefix_cache_bytes", "prefix_cache_every"});
+          "special_tokens_in_user_content", "prefix_cache_bytes", "prefix_cache_every", "step_tokens"});
   n.get("host", s.host, "an IP address");
   n.get("port", s.port, "an integer");
   n.strings("api_key", s.api_keys);
@@ -124,6 +124,7 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   n.get("max_body_bytes", s.max_body_bytes, "an integer");
   n.get("default_max_tokens", s.default_max_tokens, "an integer");
   n.get("prefill_chunk", s.prefill_chunk, "an integer");
+  n.get("step_tokens", s.step_tokens, "an integer number of tokens");
   n.get("prefix_cache_bytes", s.prefix_cache_bytes, "an integer number of bytes");
   n.get("prefix_cache_every", s.prefix_cache_every, "an integer number of tokens");
 
@@ -154,6 +155,11 @@ void parse_server(const Node& n, const std::string& source, ServerProfile& s) {
   // request could compute a cold run's bits.
   // request could compute a cold run's bits. (Without prefill_chunk here, `tandem serve` checks it
   // against the chunk it runs with.)
+  at_least("step_tokens", s.step_tokens, 0);
+  // A step runs whole chunks and at least one: a budget below the chunk would still run one.
+  if (s.step_tokens && *s.step_tokens != 0 && s.prefill_chunk && *s.prefill_chunk >= 1)
+    check(*s.step_tokens >= *s.prefill_chunk, source, ": key 'server.step_tokens' must be 0 or at least ",
+          "server.prefill_chunk (", *s.prefill_chunk, "), found ", *s.step_tokens);
   if (s.prefix_cache_every && s.prefill_chunk && *s.prefill_chunk >= 1)
     check(*s.prefix_cache_every % *s.prefill_chunk == 0, source, ": key 'server.prefix_cache_every' must be a multiple ",
           "of server.prefill_chunk (", *s.prefill_chunk, "), found ", *s.prefix_cache_every);

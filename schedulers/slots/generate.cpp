@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "tandem/error.h"
 
@@ -27,6 +28,39 @@ const DraftMetrics* Generation::draft_metrics() const {
   return drafted_ && drafted_->started() ? &drafted_->metrics() : nullptr;
 }
 
+void Generation::make_drafted() {
+  if (prefilling() && drafting_ && !drafted_)
+    drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
+}
+
+void Generation::keep_prompt(PromptState* out) {
+  check(steps_ == 0 && prefilled_ == 0, "generate: keep_prompt() after the first step");
+  keep_ = out;
+}
+
+bool Generation::start_from(const PromptState& state) {
+  check(steps_ == 0 && prefilled_ == 0 && !looked_up_, "generate: start_from() after the first step");
+  check(state.snapshot && state.snapshot->pos == int64_t(prompt_.size()) &&
+            state.logits.size() == size_t(model_.desc().vocab),
+        "generate: start_from() needs the state after this prompt's ", prompt_.size(), " tokens, found ",
+        state.snapshot ? state.snapshot->pos : 0, " tokens");
+  make_drafted();
+  if (drafted_ && !drafted_->restored(prompt_.size())) return false;
+  model_.restore(*state.snapshot, *seq_);
+  logits_ = state.logits;
+  prefilled_ = restored_ = prompt_.size();
+  looked_up_ = shared_ = pick_first_ = true;
+  return true;
+}
+
+void Generation::kept(size_t row_at) {
+  if (!keep_) return;
+  const size_t V = size_t(model_.desc().vocab);
+  keep_->snapshot = model_.snapshot(*seq_);
+  keep_->logits.assign(logits_.begin() + long(row_at), logits_.begin() + long(row_at + V));
+  keep_ = nullptr;
+}
+
 bool Generation::step(int max_tokens, const StepHooks& hooks) {
   check(!ended_, "generate: step() after the request ended");
   check(max_tokens >= 0, "generate: step() needs max_tokens ≥ 0, found ", max_tokens);
@@ -38,9 +72,9 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
   }
   size_t row_at = 0;  // where the row to decode from starts in logits_
   // A drafted request is made before the prompt runs, so drafters reading hidden states see it.
-  if (prefilling() && drafting_ && !drafted_)
-    drafted_ = std::make_unique<DraftedRequest>(*drafting_, *seq_, prompt_, sampling_, rng_);
-  bool from_cache = false;  // the whole prompt came from a checkpoint that kept its logits
+  make_drafted();
+  // The whole prompt came from a checkpoint that kept its logits, or from start_from().
+  bool from_cache = std::exchange(pick_first_, false);
   // Echo with logprobs needs every prompt row's logits, which a checkpoint does not keep.
   if (cache_ && !looked_up_ && !hooks.prompt_row) {
     looked_up_ = true;
@@ -66,8 +100,10 @@ bool Generation::step(int max_tokens, const StepHooks& hooks) {
     if (cache_ && !rows) cache_->offer(*seq_, prompt_, logits_);
     if (prefilling()) return true;
     if (rows) row_at = (n - 1) * V;
+    kept(row_at);
     if (max_tokens == 0) return !(ended_ = true);
   } else if (from_cache) {
+    kept(0);
     if (max_tokens == 0) return !(ended_ = true);
   } else {
     check(max_tokens >= 1, "generate: a decode step needs max_tokens ≥ 1");

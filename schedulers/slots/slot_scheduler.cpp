@@ -1,6 +1,6 @@
-// The engine thread: admission from the FIFO queue, one step of each busy slot's Generation per
-// round (generation.h: a prefill chunk, a plain step or a drafted verify pass; the decoding slots'
-// passes in one Model::forward_batch), sampling with the
+// The engine thread: admission from the FIFO queue, then per step the decoding slots' passes in one
+// Model::forward_batch (generation.h: a plain step or a drafted verify pass) and prefill chunks of
+// the oldest prefilling requests under the step's token budget, sampling with the
 // request's penalties and biases, and the end of each job (stop, length, abort, error). The step
 // hooks are the same per-token rules plain or drafted (forced tokens, penalties, bias, min_tokens,
 // grammar masks), applied to each verified row in order: a draft survives only if it is the token
@@ -73,8 +73,16 @@ void Job::finish(JobOutput last) {
   notify();
 }
 
+// The prompt of a request's n choices, read once (engine thread only): the leader's Generation keeps
+// it, the other choices start from it. Freed when the last job holding it lets go.
+struct SharedPrompt {
+  PromptState state;       // state.snapshot is set once the leader read the prompt
+  bool abandoned = false;  // the leader ended first: the others read the prompt themselves
+};
+
 struct SlotScheduler::Slot {
   int id = 0;
+  uint64_t order = 0;  // admission order of the job: the oldest prefills first
   std::shared_ptr<Job> job;
   std::unique_ptr<Generation> gen;         // the running job's prefill and decoding
   std::unique_ptr<TextStream> text;
@@ -92,6 +100,9 @@ SlotScheduler::SlotScheduler(Model& model, std::shared_ptr<const TextCodec> code
     : model_(model), codec_(std::move(codec)), events_(events), options_(options) {
   check(options_.slots >= 1, "--slots must be at least 1, found ", options_.slots);
   check(options_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, found ", options_.prefill_chunk);
+  check(options_.step_tokens == 0 || options_.step_tokens >= options_.prefill_chunk,
+        "step_tokens must be 0 (one prefill chunk a step) or at least the prefill chunk (", options_.prefill_chunk,
+        "), found ", options_.step_tokens);
   check(options_.batch_rows >= 1 && options_.batch_rows <= Model::batch_max_rows, "batch_rows must be in [1, ",
         Model::batch_max_rows, "], found ", options_.batch_rows);
   if (options_.prefix_cache.bytes != 0)
@@ -144,6 +155,15 @@ SlotScheduler::Admission SlotScheduler::submit(std::vector<std::shared_ptr<Job>>
     // Capacity is the slots plus the queue; a burst that free slots will take at once is not refused.
     if (int(queue_.size()) + running_ + int(jobs.size()) > int(slots_.size()) + options_.max_queue)
       return Admission::queue_full;
+    // The choices of one request read their prompt once (not with echoed prompt logprobs: every
+    // choice reports those rows, which only a prefill makes).
+    bool share = jobs.size() > 1;
+    for (const auto& j : jobs) share = share && j->prompt == jobs[0]->prompt && !j->prompt_logprobs;
+    if (share) {
+      auto sp = std::make_shared<SharedPrompt>();
+      for (auto& j : jobs) j->shared_ = sp;
+      jobs[0]->leads_ = true;
+    }
     for (auto& j : jobs) queue_.push_back(std::move(j));
   }
   cv_.notify_all();
@@ -186,8 +206,8 @@ void SlotScheduler::run() {
       if (stop_ && queue_.empty() && running_ == 0) return;
       admit_locked(Clock::now());
     }
-    // One step per busy slot, starting one further each round so no slot always goes first: the
-    // decoding slots' passes batched, then each prefilling slot's chunk.
+    // One step: the decoding slots' passes batched (starting one further each round, so no slot
+    // always goes first), then prefill chunks in what the budget leaves.
     size_t n = slots_.size();
     std::vector<Slot*> decoding, prefilling;
     for (size_t k = 0; k < n; ++k) {
@@ -195,11 +215,9 @@ void SlotScheduler::run() {
       if (!s.job) continue;
       (s.gen && s.gen->decoding() ? decoding : prefilling).push_back(&s);
     }
-    if (!decoding.empty()) decode(decoding);
-    for (Slot* s : prefilling) {
-      step(*s);
-      if (options_.after_step) options_.after_step();
-    }
+    const int64_t rows = decoding.empty() ? 0 : decode(decoding);
+    const int budget = options_.step_tokens ? options_.step_tokens : options_.prefill_chunk;
+    if (!prefilling.empty()) prefill(std::move(prefilling), budget - rows);
     next_ = (next_ + 1) % n;
   }
 }
@@ -228,6 +246,7 @@ void SlotScheduler::admit_locked(Clock::time_point now) {
     JobOutput o;
     o.finish_reason = "abort";
     o.error = std::move(err);
+    release(j);
     (*it)->finish(std::move(o));
     it = queue_.erase(it);
   }
@@ -252,6 +271,7 @@ void SlotScheduler::admit_locked(Clock::time_point now) {
       for (int32_t t : s.job->prompt) s.in_prompt[size_t(t)] = true;
     }
     s.started = now;
+    s.order = admitted_++;
     active_[size_t(s.id)] = s.job;
     info_[size_t(s.id)] = SlotInfo{s.id, "prefill", 0, s.job->request_id, info_[size_t(s.id)].drafter};
     ++running_;
@@ -290,6 +310,13 @@ bool SlotScheduler::ready(Slot& s) {
     if (!s.gen) {
       s.gen = std::make_unique<Generation>(model_, s.drafting.get(), j.prompt, options_.context, options_.prefill_chunk,
                                            j.params.sampling, prefix_cache_.get());
+      if (j.shared_ && j.leads_) {
+        s.gen->keep_prompt(&j.shared_->state);
+      } else if (j.shared_) {
+        // prefill() steps a choice only once its leader read the prompt or gave up.
+        if (j.shared_->state.snapshot) s.gen->start_from(j.shared_->state);  // false: it prefills itself
+        release(j);
+      }
       publish(s);  // its memory shows from the start
     }
   } catch (const std::exception& e) {
@@ -325,6 +352,46 @@ void SlotScheduler::ended(Turn& t) {
   // The job ends only after the pass: the Sequence must outlive the commit that closes it.
   if (t.reason) finish(*t.slot, t.reason);
   else if (t.slot->gen->prefilling()) publish(*t.slot);
+  else release(*t.slot->job);  // a leader's prompt is in: the others hold it now
+}
+
+void SlotScheduler::release(Job& j) {
+  if (!j.shared_) return;
+  if (j.leads_ && !j.shared_->state.snapshot) j.shared_->abandoned = true;
+  j.shared_.reset();
+}
+
+// Prompt tokens the slot's next step reads: a chunk of what is left, 0 for a choice that starts
+// from its request's shared prompt (an upper bound: a prefix checkpoint may restore some).
+int64_t SlotScheduler::next_pass(const Slot& s) const {
+  const Job& j = *s.job;
+  if (!s.gen && j.shared_ && !j.leads_ && j.shared_->state.snapshot) return 0;
+  const size_t done = s.gen ? s.gen->prefilled() : 0;
+  return int64_t(std::min(size_t(options_.prefill_chunk), j.prompt.size() - done));
+}
+
+// Whole chunks of the oldest prefilling requests first while they fit in `budget`, and at least one
+// chunk per step, so a prompt never starves behind the decode rows. Chunks sit on the prefill_chunk
+// grid whatever the budget (the chunked scan's results depend on where passes split), so a slot's
+// prefill is that of its request run alone. Slots that do not run this step still end at once when
+// cancelled.
+void SlotScheduler::prefill(std::vector<Slot*> slots, int64_t budget) {
+  std::sort(slots.begin(), slots.end(), [](const Slot* a, const Slot* b) { return a->order < b->order; });
+  bool ran = false, full = false;
+  for (Slot* s : slots) {
+    const Job& j = *s->job;
+    const bool waits = j.shared_ && !j.leads_ && !j.shared_->state.snapshot && !j.shared_->abandoned;
+    while (s->job && !waits) {
+      const int64_t n = next_pass(*s);
+      if (n > 0 && (full = full || (ran && n > budget))) break;
+      step(*s);
+      if (options_.after_step) options_.after_step();
+      ran = ran || n > 0;
+      budget -= n;
+      if (!s->job || !s->gen || !s->gen->prefilling()) break;
+    }
+    if (s->job && s->job->cancelled() != Job::Cancel::none && (!s->gen || s->gen->prefilling())) ready(*s);
+  }
 }
 
 void SlotScheduler::step(Slot& s) {
@@ -344,7 +411,7 @@ void SlotScheduler::step(Slot& s) {
 
 // The decoding slots' passes, in forwards of at most batch_rows rows (a slot's pass is never split):
 // each slot plans its pass, one forward_batch runs the group, then each slot commits and emits.
-void SlotScheduler::decode(const std::vector<Slot*>& slots) {
+int64_t SlotScheduler::decode(const std::vector<Slot*>& slots) {
   std::vector<std::unique_ptr<Turn>> turns;  // stable addresses: the hooks refer to them
   for (Slot* s : slots) {
     if (!ready(*s)) continue;
@@ -359,6 +426,7 @@ void SlotScheduler::decode(const std::vector<Slot*>& slots) {
     }
     turns.push_back(std::move(t));
   }
+  int64_t total = 0;
   for (size_t first = 0; first < turns.size();) {
     size_t last = first;
     int64_t rows = 0;
@@ -388,8 +456,10 @@ void SlotScheduler::decode(const std::vector<Slot*>& slots) {
       ended(t);
     }
     if (options_.after_step) options_.after_step();
+    total += rows;
     first = last;
   }
+  return total;
 }
 
 void SlotScheduler::process(Slot& s, float* l) {
@@ -453,7 +523,7 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
   o.error = std::move(error);
 
   events_.tokens(prefilled, s.generated);
-  if (prefix_cache_ && s.gen) events_.prefix_cache(int64_t(j.prompt.size()), restored);
+  if (prefix_cache_ && s.gen && !s.gen->shared()) events_.prefix_cache(int64_t(j.prompt.size()), restored);
   events_.finished(reason);
   if (reason != "abort" && reason != "error")
     events_.request_latencies(seconds(j.arrived_, now), seconds(j.arrived_, s.started), seconds(s.started, prefill_end),
@@ -467,6 +537,7 @@ void SlotScheduler::finish(Slot& s, const std::string& reason, std::optional<Req
   // A fresh Sequence per request (what outlives it is in the prefix cache), so the memory goes back
   // now. A drafted request's numbers join the slot's Drafting totals.
   s.gen.reset();
+  release(j);
   if (s.drafting) events_.set_verify_costs(s.drafting->staircut().costs().table());
   std::shared_ptr<Job> job = std::move(s.job);
   s.text.reset();

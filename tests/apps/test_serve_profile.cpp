@@ -78,6 +78,8 @@ server:
   // Unset keys stay unset, so the server's defaults and the flags decide.
   EXPECT_FALSE(parse_profile("model: m\nserver: {port: 1}\n", "/cfg/p.yaml").server.slots.has_value());
   EXPECT_EQ(*parse_profile("model: m\nserver: {batch_rows: 8}\n", "/cfg/p.yaml").server.batch_rows, 8);
+  EXPECT_EQ(*parse_profile("model: m\nserver: {prefill_chunk: 256, step_tokens: 1024}\n", "/cfg/p.yaml").server.step_tokens,
+            1024);
 }
 
 TEST(ServeProfile, ErrorsNameKeyAndFile) {
@@ -100,6 +102,10 @@ TEST(ServeProfile, ErrorsNameKeyAndFile) {
       {"model: m\nserver: {prefix_cache_bytes: lots}\n", "key 'server.prefix_cache_bytes' must be an integer number of bytes"},
       {"model: m\nserver: {prefill_chunk: 512, prefix_cache_every: 700}\n",
        "key 'server.prefix_cache_every' must be a multiple of server.prefill_chunk (512), found 700"},
+      {"model: m\nserver: {prefill_chunk: 512, step_tokens: 100}\n",
+       "/cfg/p.yaml: key 'server.step_tokens' must be 0 or at least server.prefill_chunk (512), found 100"},
+      {"model: m\nserver: {step_tokens: -1}\n", "key 'server.step_tokens' must be at least 0, found -1"},
+      {"model: m\nserver: {step_tokens: many}\n", "key 'server.step_tokens' must be an integer number of tokens"},
       {"model: m\nserver: 5\n", "'server' must be a mapping"},
       {"model: m\nchat_template: [a]\n", "key 'chat_template' must be a path to a Jinja chat template"},
   };

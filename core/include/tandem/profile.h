@@ -24,6 +24,8 @@ struct ServerProfile {
   std::optional<std::string> served_model_name;
   std::optional<std::vector<std::string>> aliases;  // a string or a list
   std::optional<int> slots, max_queue, default_max_tokens, prefill_chunk;
+  // Tokens an engine step runs: decode rows, then whole prefill chunks (0 = one chunk a step).
+  std::optional<int> step_tokens;
   std::optional<int> batch_rows;  // rows of the decoding slots' passes per forward: 1 … Model::batch_max_rows
   std::optional<int64_t> max_body_bytes;
   // Prefix checkpoints (schedulers/slots prefix_cache.h): their byte budget (0 = off) and the tokens

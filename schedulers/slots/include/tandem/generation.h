@@ -16,6 +16,14 @@
 
 namespace tandem {
 
+// A prompt read once for several requests (the n choices of one request): the sequence state after
+// the whole prompt and the logits of its last position, as the model made them (before any
+// request's rules edit them).
+struct PromptState {
+  std::unique_ptr<SequenceSnapshot> snapshot;  // null until the prompt was read
+  std::vector<float> logits;                   // [vocab]
+};
+
 class TANDEM_API Generation {
  public:
   // The Sequence holds `context` tokens; prefill passes take `prefill_chunk` tokens (0 = the whole
@@ -44,6 +52,15 @@ class TANDEM_API Generation {
   bool decoding() const { return !ended_ && !prefilling(); }
   void plan(int max_tokens, Model::BatchPass& pass);
   bool finish(const StepHooks& hooks, int64_t tap_row0);
+
+  // Before the first step. keep_prompt(): once the whole prompt is in the sequence (prefilled or
+  // restored), *out (borrowed until then) gets its snapshot and last logits, before the first token
+  // is picked. start_from(): the sequence starts from `state` (another Generation's kept prompt, the
+  // same tokens) and the first step picks from its logits without a pass: the tokens are those of a
+  // prefill, bit for bit. False (nothing changed) when a drafter needs the prompt's hidden states.
+  void keep_prompt(PromptState* out);
+  bool start_from(const PromptState& state);
+  bool shared() const { return shared_; }  // the prompt came from start_from()
 
   bool prefilling() const { return prefilled_ < prompt_.size(); }
   size_t prefilled() const { return prefilled_; }  // prompt tokens in the sequence, restored ones included
@@ -74,6 +91,12 @@ class TANDEM_API Generation {
   int32_t last_ = 0;
   bool ended_ = false;
   bool planned_ = false;  // plan() ran, finish() did not yet
+  PromptState* keep_ = nullptr;  // keep_prompt()'s target, until the prompt is in
+  bool shared_ = false;
+  bool pick_first_ = false;  // start_from() ran: the first step picks from its logits
+
+  void make_drafted();  // the DraftedRequest, before the prompt runs
+  void kept(size_t row_at);  // the prompt is in: fill keep_prompt()'s target
 
   // Picks and emits the token of the row of logits_ at row_at (a plain step's row; after an echoed
   // prefill the last of its rows).

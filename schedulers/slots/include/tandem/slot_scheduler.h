@@ -1,8 +1,11 @@
-// The queue in front of N slots and the one engine thread that drives the Model: each round it
-// admits queued jobs into free slots, then gives every busy slot one step: the decoding slots
-// together, their passes (one decode token, or with drafters a verify pass of 1..k+1 tokens) in one
-// Model::forward_batch of at most batch_rows rows (more rows: several), then each prefilling slot
-// its next prefill chunk, round-robin. A slot's tokens are those of its request run alone.
+// The queue in front of N slots and the one engine thread that drives the Model. Each step admits
+// queued jobs into free slots, runs the decoding slots' passes (one decode token, or with drafters a
+// verify pass of 1..k+1 tokens) in one Model::forward_batch of at most batch_rows rows (more rows:
+// several), then prefill chunks of the prefilling slots, oldest request first, as many whole chunks
+// as the step's token budget (step_tokens) leaves after the decode rows and at least one, so the
+// decoding slots keep streaming while a long prompt is read. The n choices of one request read
+// their prompt once: the first prefills it, the others start from a copy of its state. A slot's
+// tokens are those of its request run alone.
 // Owner: the SlotScheduler owns its thread, its slots and their Sequences, and borrows the Model, the
 // codec and the metrics, which must outlive it. A Job is shared (std::shared_ptr) by the HTTP side
 // and the engine. Thread: submit/close/cancel_all/counts/slots from any thread; Job::take and
@@ -33,6 +36,7 @@
 namespace tandem {
 
 class PluginRegistry;
+struct SharedPrompt;
 class TextCodec;
 class TextStream;
 struct OutputVocab;
@@ -88,6 +92,10 @@ class Job {
   JobOutput out_;
   std::atomic<Cancel> cancel_{Cancel::none};
   Clock::time_point arrived_ = Clock::now();
+  // The n choices of one request (engine thread once queued): the first (leads_) reads the prompt
+  // into it, the others start from there. Dropped once the job no longer needs it.
+  std::shared_ptr<SharedPrompt> shared_;
+  bool leads_ = false;
 };
 
 // Tokens per prefill pass of `tandem serve` and `tandem bench`: enough rows that the expert GEMMs
@@ -153,7 +161,11 @@ struct SchedulerOptions {
   int slots = 1;
   int max_queue = 8;
   int64_t context = 4096;          // tokens per slot
-  int prefill_chunk = kDefaultPrefillChunk;  // tokens per prefill step
+  int prefill_chunk = kDefaultPrefillChunk;  // tokens per prefill pass (the chunk grid; results depend on it)
+  // Tokens one engine step runs (profile `server.step_tokens`): the decode rows, then whole prefill
+  // chunks of the oldest prefilling requests while they fit, and at least one chunk per step so no
+  // prompt starves. 0 = prefill_chunk (one chunk per step); otherwise at least prefill_chunk.
+  int step_tokens = 0;
   // Prefix checkpoints shared by the slots (prefix_cache.h); bytes 0 = off.
   PrefixCacheOptions prefix_cache{kDefaultPrefixCacheBytes, 0};
   double queue_timeout_s = 0;      // 0 = wait forever
@@ -163,7 +175,8 @@ struct SchedulerOptions {
   // Rows of the decoding slots' passes that one forward takes (profile `batch_rows`; 1 … 16,
   // Model::batch_max_rows): slots whose passes do not fit run in further forwards of the step.
   int batch_rows = Model::batch_max_rows;
-  // Tests: called on the engine thread after every prefill step and every batched decode forward.
+  // Tests: called on the engine thread after every prefill step (a chunk, or a choice that starts
+  // from its request's shared prompt) and every batched decode forward.
   std::function<void()> after_step;
 };
 
@@ -206,7 +219,10 @@ class SlotScheduler {
   void failed(Slot& s, const std::exception& e);
   void ended(Turn& t);  // after the slot's step: finish the job, or publish its progress
   void step(Slot& s);
-  void decode(const std::vector<Slot*>& slots);
+  int64_t decode(const std::vector<Slot*>& slots);  // the rows run
+  void prefill(std::vector<Slot*> slots, int64_t budget);
+  int64_t next_pass(const Slot& s) const;  // prompt tokens s's next step reads (0: none)
+  void release(Job& j);                     // j no longer needs its request's shared prompt
   void process(Slot& s, float* logits);
   const char* on_token(Slot& s, int32_t token, bool forced);  // the finish reason, or null to go on
   void finish(Slot& s, const std::string& reason, std::optional<RequestError> error = std::nullopt);
@@ -231,6 +247,7 @@ class SlotScheduler {
   std::unique_ptr<PrefixCache> prefix_cache_;  // null when off; engine thread (its counters: any)
   std::vector<std::unique_ptr<Slot>> slots_;  // engine thread only
   size_t next_ = 0;                            // round-robin start
+  uint64_t admitted_ = 0;                      // admissions so far: each slot's job's age
   std::thread thread_;
 };
 
