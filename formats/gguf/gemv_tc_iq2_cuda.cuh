@@ -361,29 +361,22 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p)
     }
     // The slice is done: stored directly when it is the only one, else its partial out and the last of
     // the tile's slices adds them all in slice order.
-    if (p.slices == 1) {
+    const bool only = p.slices == 1;
+    unsigned last = only;
+    if (!only) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int col = col_of(nt, i);
-          const int64_t row = row_of(t, i);
-          if (col < p.n && row < p.m && slot_mask[col]) store(col, row, acc[nt][i]);
-        }
-      return;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (col_of(nt, i) < p.n) part[(int64_t(slice) * kTcMaxRows + col_of(nt, i)) * pstride + row_of(t, i)] = acc[nt][i];
-    __threadfence();
-    __syncwarp();
-    unsigned last = 0;
-    if (lane == 0) last = atomicAdd(count + t, 1u) == unsigned(p.slices - 1);
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (last) {
+        for (int i = 0; i < 4; ++i)
+          if (col_of(nt, i) < p.n)
+            part[(int64_t(slice) * kTcMaxRows + col_of(nt, i)) * pstride + row_of(t, i)] = acc[nt][i];
       __threadfence();
+      __syncwarp();
+      if (lane == 0) last = atomicAdd(count + t, 1u) == unsigned(p.slices - 1);
+      last = __shfl_sync(0xffffffffu, last, 0);
+      if (last) __threadfence();
+    }
+    if (last) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -391,12 +384,15 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p)
           const int col = col_of(nt, i);
           const int64_t row = row_of(t, i);
           if (col >= p.n || row >= p.m || !slot_mask[col]) continue;
-          const float* pp = part + int64_t(col) * pstride + row;
-          float v = __ldcg(pp);
-          for (int s = 1; s < p.slices; ++s) v += __ldcg(pp + int64_t(s) * kTcMaxRows * pstride);
+          float v = acc[nt][i];
+          if (!only) {
+            const float* pp = part + int64_t(col) * pstride + row;
+            v = __ldcg(pp);
+            for (int s = 1; s < p.slices; ++s) v += __ldcg(pp + int64_t(s) * kTcMaxRows * pstride);
+          }
           store(col, row, v);
         }
-      if (lane == 0) count[t] = 0;
+      if (lane == 0 && !only) count[t] = 0;
     }
   };
 

@@ -244,6 +244,20 @@ void bench_tc(const Ceilings& c) {
   }
 }
 
+// max |y1 − y0| over max |y0| for n device floats each (NaN in y1: infinity), after the stream's work.
+double max_rel_diff(const void* y0, const void* y1, size_t n, cudaStream_t s) {
+  std::vector<float> r0(n), r1(n);
+  ck(cudaStreamSynchronize(s), "sync");
+  ck(cudaMemcpy(r0.data(), y0, n * 4, cudaMemcpyDeviceToHost), "download");
+  ck(cudaMemcpy(r1.data(), y1, n * 4, cudaMemcpyDeviceToHost), "download");
+  double dmax = 0, ymax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
+    ymax = std::max(ymax, std::abs(double(r0[i])));
+  }
+  return dmax / ymax;
+}
+
 // The tensor-core IQ2_XXS GEMV prototype (gemv_tc_iq2_cuda.cuh) against the fp32 and mma GEMVs on
 // Bolt's shared expert, a [4096, 4096] and a routed expert, n = 1 .. 16 (copies rotated past the L2);
 // then its grouped gather against the fp32 gather on Bolt's routed experts (346 of [2304, 1024] up and
@@ -299,21 +313,13 @@ void bench_tc_iq2(const Ceilings& c) {
                                   static_cast<const float*>(x), static_cast<float*>(y1), n, 1.0f, 0, ws, s);
       };
       const double t0 = time_graph(fp32, calls), t1 = time_graph(mma, calls), t2 = time_graph(tcg, calls);
-      std::vector<float> r0(size_t(n * m)), r1(size_t(n * m));
       fp32(0), tcg(0);
-      ck(cudaStreamSynchronize(s), "sync");
-      ck(cudaMemcpy(r0.data(), y0, r0.size() * 4, cudaMemcpyDeviceToHost), "download");
-      ck(cudaMemcpy(r1.data(), y1, r1.size() * 4, cudaMemcpyDeviceToHost), "download");
-      double dmax = 0, ymax = 0;
-      for (size_t i = 0; i < r0.size(); ++i) {
-        dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
-        ymax = std::max(ymax, std::abs(double(r0[i])));
-      }
+      const double diff = max_rel_diff(y0, y1, size_t(n * m), s);
       const double gb = double(blocks.size()) / 1e9, gbt = double(ts.bytes()) / 1e9;
       std::printf("IQ2_XXS [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | "
                   "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
                   (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3, gb / (t1 * 1e-3),
-                  t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, dmax / ymax);
+                  t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, diff);
     }
     for (int64_t n : {1, 16})
       for (int tpw : {0, 1, 2, 4}) {
@@ -391,21 +397,13 @@ void bench_tc_iq2(const Ceilings& c) {
                                     1.0f, 0, ws, s);
       };
       const double t0 = time_graph(fp32, 64), t1 = time_graph(tcg, 64);
-      std::vector<float> r0(size_t(tokens * used * m)), r1(r0.size());
       fp32(0), tcg(0);
-      ck(cudaStreamSynchronize(s), "sync");
-      ck(cudaMemcpy(r0.data(), y0, r0.size() * 4, cudaMemcpyDeviceToHost), "download");
-      ck(cudaMemcpy(r1.data(), y1, r1.size() * 4, cudaMemcpyDeviceToHost), "download");
-      double dmax = 0, ymax = 0;
-      for (size_t i = 0; i < r0.size(); ++i) {
-        dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
-        ymax = std::max(ymax, std::abs(double(r0[i])));
-      }
+      const double diff = max_rel_diff(y0, y1, size_t(tokens * used * m), s);
       const double gb = distinct * double(per) / 1e9;
       std::printf("IQ2_XXS gather [%lld, %lld] %2lld tokens x %d (%.1f distinct)  fp32 %7.2f us %5.0f GB/s | "
                   "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
                   (long long)m, (long long)k, (long long)tokens, used, distinct, t0 * 1e3, gb / (t0 * 1e-3),
-                  t1 * 1e3, gb / (t1 * 1e-3), 100 * gb / (t1 * 1e-3) / c.copy_gbs, dmax / ymax);
+                  t1 * 1e3, gb / (t1 * 1e-3), 100 * gb / (t1 * 1e-3) / c.copy_gbs, diff);
     }
     cudaFree(raw), cudaFree(rtc), cudaFree(ws), cudaFree(x), cudaFree(y0), cudaFree(y1), cudaFree(ids);
   }
