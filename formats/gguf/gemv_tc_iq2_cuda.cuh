@@ -195,10 +195,11 @@ __host__ __device__ constexpr size_t iq2tc_smem_bytes(int nt) {
 }
 
 // grid (x: groups of kTcWarps warps, y: slices, z: gather items). Warp w of block x owns tiles
-// x·kTcWarps + w + i·gridDim.x·kTcWarps, i < tiles_per_warp, the next tile's weights loaded while the
-// current one computes. A gather item (slot c·slots + s) runs only if it is its expert's first
+// x·kTcWarps + w + i·gridDim.x·kTcWarps, i < tiles_per_warp; with PIPE (tiles_per_warp > 1) the next
+// tile's weights are loaded while the current one computes (36 more registers; without it the
+// kernel fits 128 registers with fewer spills). A gather item (slot c·slots + s) runs only if it is its expert's first
 // occurrence in ids; it then multiplies every row that chose the expert.
-template <int NT>
+template <int NT, bool PIPE>
 __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p) {
   constexpr int B = kIq2SliceBlocks;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p)
       }
   };
   auto tile_of = [&](int i) { return gw + i * nw; };
-  uint4 qa[B][2], qb[B][2];
+  uint4 qa[B][2], qb[B][2];  // qb: PIPE only
   uint32_t da[B], db[B];
   if (!gather) load(tile_of(0), qa, da);  // weights are never written by a pass: before the wait
   cuda::pdl_wait();
@@ -396,13 +397,21 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p)
     }
   };
 
+  if constexpr (PIPE) {
 #pragma unroll 1
-  for (int i = 0; i < p.tiles_per_warp; i += 2) {
-    load(tile_of(i + 1), qb, db);
-    compute(tile_of(i), qa, da);
-    if (i + 1 >= p.tiles_per_warp) break;
-    load(tile_of(i + 2), qa, da);
-    compute(tile_of(i + 1), qb, db);
+    for (int i = 0; i < p.tiles_per_warp; i += 2) {
+      load(tile_of(i + 1), qb, db);
+      compute(tile_of(i), qa, da);
+      if (i + 1 >= p.tiles_per_warp) break;
+      load(tile_of(i + 2), qa, da);
+      compute(tile_of(i + 1), qb, db);
+    }
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < p.tiles_per_warp; ++i) {
+      if (i > 0) load(tile_of(i), qa, da);
+      compute(tile_of(i), qa, da);
+    }
   }
 }
 
@@ -415,7 +424,7 @@ inline int iq2tc_tiles_per_warp(const Iq2TcShape& s, int nt, int64_t items) {
     cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "gguf tc gemv iq2: SM count");
   }
   if (per_sm[nt] == 0) {
-    auto kernel = nt == 1 ? gemv_tc_iq2_kernel<1> : gemv_tc_iq2_kernel<2>;
+    auto kernel = nt == 1 ? gemv_tc_iq2_kernel<1, false> : gemv_tc_iq2_kernel<2, false>;
     cuda::check_cuda(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[nt], kernel, kTcThreads, iq2tc_smem_bytes(nt)),
         "gguf tc gemv iq2: occupancy");
@@ -428,7 +437,8 @@ inline int iq2tc_tiles_per_warp(const Iq2TcShape& s, int nt, int64_t items) {
 inline void iq2tc_launch(Iq2TcArgs a, const Iq2TcShape& s, int64_t items, int tiles_per_warp, cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    for (auto kernel : {gemv_tc_iq2_kernel<1>, gemv_tc_iq2_kernel<2>})
+    for (auto kernel : {gemv_tc_iq2_kernel<1, false>, gemv_tc_iq2_kernel<2, false>, gemv_tc_iq2_kernel<1, true>,
+                        gemv_tc_iq2_kernel<2, true>})
       cuda::check_cuda(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(iq2tc_smem_bytes(2))),
           "gguf tc gemv iq2: shared memory attribute");
@@ -438,10 +448,10 @@ inline void iq2tc_launch(Iq2TcArgs a, const Iq2TcShape& s, int64_t items, int ti
   a.tiles_per_warp = tiles_per_warp > 0 ? tiles_per_warp : iq2tc_tiles_per_warp(s, nt, items);
   const int64_t warps = (s.tiles + a.tiles_per_warp - 1) / a.tiles_per_warp;
   const dim3 grid(unsigned((warps + kTcWarps - 1) / kTcWarps), unsigned(s.slices), unsigned(items));
-  if (nt == 1)
-    cuda::launch(gemv_tc_iq2_kernel<1>, grid, dim3(kTcThreads), iq2tc_smem_bytes(1), stream, "gguf tc gemv iq2", a);
-  else
-    cuda::launch(gemv_tc_iq2_kernel<2>, grid, dim3(kTcThreads), iq2tc_smem_bytes(2), stream, "gguf tc gemv iq2", a);
+  const bool pipe = a.tiles_per_warp > 1;
+  auto kernel = nt == 1 ? (pipe ? gemv_tc_iq2_kernel<1, true> : gemv_tc_iq2_kernel<1, false>)
+                        : (pipe ? gemv_tc_iq2_kernel<2, true> : gemv_tc_iq2_kernel<2, false>);
+  cuda::launch(kernel, grid, dim3(kTcThreads), iq2tc_smem_bytes(nt), stream, "gguf tc gemv iq2", a);
 }
 
 inline Iq2TcArgs iq2tc_args(const uint8_t* w, const Iq2TcShape& s, const void* tables, float scale, int epilogue,
