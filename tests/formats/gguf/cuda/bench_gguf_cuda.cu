@@ -5,16 +5,19 @@
 // run it on the GPU machine. Weights rotate over enough copies to exceed the L2 several times; each
 // time is the median of 7 runs of CUDA-graph replays (launch gaps excluded) and, beside it, of plain
 // stream launches. --tc: the tensor-core NVFP4 GEMV prototype (formats/gguf/gemv_tc_cuda.cuh) beside
-// the fp32 and mma GEMVs on the same weights.
+// the fp32 and mma GEMVs on the same weights, then the IQ2_XXS one (gemv_tc_iq2_cuda.cuh) and its
+// grouped MoE gather beside the fp32 gather.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "formats/gguf/gemv_tc_cuda.cuh"
+#include "formats/gguf/gemv_tc_iq2_cuda.cuh"
 #include "formats/gguf/gguf_format_cuda.h"
 #include "formats/gguf/mma_cuda.cuh"
 #include "cuda_timing.cuh"
@@ -241,10 +244,177 @@ void bench_tc(const Ceilings& c) {
   }
 }
 
+// max |y1 − y0| over max |y0| for n device floats each (NaN in y1: infinity), after the stream's work.
+double max_rel_diff(const void* y0, const void* y1, size_t n, cudaStream_t s) {
+  std::vector<float> r0(n), r1(n);
+  ck(cudaStreamSynchronize(s), "sync");
+  ck(cudaMemcpy(r0.data(), y0, n * 4, cudaMemcpyDeviceToHost), "download");
+  ck(cudaMemcpy(r1.data(), y1, n * 4, cudaMemcpyDeviceToHost), "download");
+  double dmax = 0, ymax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
+    ymax = std::max(ymax, std::abs(double(r0[i])));
+  }
+  return dmax / ymax;
+}
+
+// The tensor-core IQ2_XXS GEMV prototype (gemv_tc_iq2_cuda.cuh) against the fp32 and mma GEMVs on
+// Bolt's shared expert, a [4096, 4096] and a routed expert, n = 1 .. 16 (copies rotated past the L2);
+// then its grouped gather against the fp32 gather on Bolt's routed experts (346 of [2304, 1024] up and
+// [1024, 2304] down, top-9, random distinct experts per token, 32 id sets so the L2 holds few). The
+// gathers' GB/s count each distinct expert's bytes once (what a step must read).
+void bench_tc_iq2(const Ceilings& c) {
+  std::printf("-- IQ2_XXS decode GEMV: fp32 (default) | mma (TANDEM_GGUF_MMA) | tc prototype (gemv_tc_iq2_cuda.cuh) --\n");
+  const cudaStream_t s = cudaStreamPerThread;
+  void *grid, *tab;
+  const std::vector<uint8_t> tables = kcuda::iq2tc_tables();
+  ck(cudaMalloc(&grid, sizeof(iq2tc_tables_detail::iq2xxs_grid)), "malloc");
+  ck(cudaMemcpy(grid, iq2tc_tables_detail::iq2xxs_grid, sizeof(iq2tc_tables_detail::iq2xxs_grid),
+                cudaMemcpyHostToDevice), "upload");
+  ck(cudaMalloc(&tab, tables.size()), "malloc");
+  ck(cudaMemcpy(tab, tables.data(), tables.size(), cudaMemcpyHostToDevice), "upload");
+  const int64_t shapes[4][2] = {{5376, 4096}, {4096, 5376}, {4096, 4096}, {2304, 1024}};
+  for (const auto& sh : shapes) {
+    const int64_t m = sh[0], k = sh[1];
+    const std::vector<uint8_t> blocks = gt::random_weight("IQ2_XXS", m, k, 78);
+    const std::vector<uint8_t> rp = kcuda::repack_iq2_xxs_tc(blocks.data(), m, k, "bench");
+    const kcuda::Iq2TcShape ts = kcuda::iq2tc_shape(m, k);
+    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
+    std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
+    for (int i = 0; i < copies; ++i) {
+      ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
+      ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
+      ck(cudaMalloc(&tc[size_t(i)], rp.size()), "malloc");
+      ck(cudaMemcpy(tc[size_t(i)], rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload");
+    }
+    void *ws, *x, *y0, *y1;
+    ck(cudaMalloc(&ws, ts.workspace_bytes()), "malloc");
+    ck(cudaMemset(ws, 0, ts.workspace_bytes()), "memset");
+    const std::vector<float> xv = tandem::test::random_vec(size_t(16 * k), 5, -1.f, 1.f);
+    ck(cudaMalloc(&x, xv.size() * 4), "malloc");
+    ck(cudaMemcpy(x, xv.data(), xv.size() * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMalloc(&y0, size_t(16 * m) * 4), "malloc");
+    ck(cudaMalloc(&y1, size_t(16 * m) * 4), "malloc");
+    const int calls = std::max(copies, 20);
+    for (int64_t n : {1, 2, 4, 8, 16}) {
+      CudaMatmulArgs a;
+      a.m = m, a.k = k, a.row_bytes = k / 256 * 66, a.n = n, a.grid = grid;
+      a.x = static_cast<const float*>(x), a.y = static_cast<float*>(y0);
+      auto fp32 = [&](int i) {
+        a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
+        kcuda::matmul_impl<kcuda::DecIQ2_XXS>(a, s);
+      };
+      auto mma = [&](int i) {
+        a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
+        kcuda::launch_mma_gemv<kcuda::DecIQ2_XXS>(a, s);
+      };
+      auto tcg = [&](int i) {
+        kcuda::launch_gemv_tc_iq2(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, tab,
+                                  static_cast<const float*>(x), static_cast<float*>(y1), n, 1.0f, 0, ws, s);
+      };
+      const double t0 = time_graph(fp32, calls), t1 = time_graph(mma, calls), t2 = time_graph(tcg, calls);
+      fp32(0), tcg(0);
+      const double diff = max_rel_diff(y0, y1, size_t(n * m), s);
+      const double gb = double(blocks.size()) / 1e9, gbt = double(ts.bytes()) / 1e9;
+      std::printf("IQ2_XXS [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | "
+                  "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
+                  (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3, gb / (t1 * 1e-3),
+                  t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, diff);
+    }
+    for (int64_t n : {1, 16})
+      for (int tpw : {0, 1, 2, 4}) {
+        auto tcg = [&](int i) {
+          kcuda::launch_gemv_tc_iq2(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, tab,
+                                    static_cast<const float*>(x), static_cast<float*>(y1), n, 1.0f, 0, ws, s, tpw);
+        };
+        const double t = time_graph(tcg, calls);
+        std::printf("  tc n=%-2lld tiles_per_warp %d%s: %7.2f us %5.0f GB/s\n", (long long)n,
+                    tpw ? tpw : kcuda::iq2tc_tiles_per_warp(ts, n > 8 ? 2 : 1, 1), tpw ? "" : " (auto)", t * 1e3,
+                    double(ts.bytes()) / 1e9 / (t * 1e-3));
+      }
+    for (int i = 0; i < copies; ++i) cudaFree(raw[size_t(i)]), cudaFree(tc[size_t(i)]);
+    cudaFree(ws), cudaFree(x), cudaFree(y0), cudaFree(y1);
+  }
+
+  std::printf("-- IQ2_XXS MoE gather, Bolt routed experts (346, top-9): fp32 gather | tc grouped gather --\n");
+  const int E = 346, used = 9, rounds = 32;
+  const int64_t gshapes[2][2] = {{2304, 1024}, {1024, 2304}};
+  for (const auto& sh : gshapes) {
+    const int64_t m = sh[0], k = sh[1];
+    const std::vector<uint8_t> stack = gt::random_weight("IQ2_XXS", m * E, k, 99);
+    const kcuda::Iq2TcShape ts = kcuda::iq2tc_shape(m, k);
+    const int64_t per = m * (k / 256 * 66), eb = int64_t(ts.bytes());
+    std::vector<uint8_t> rstack(size_t(E * eb));
+    for (int e = 0; e < E; ++e) {
+      const std::vector<uint8_t> rp = kcuda::repack_iq2_xxs_tc(stack.data() + e * per, m, k, "bench");
+      std::copy(rp.begin(), rp.end(), rstack.begin() + e * eb);
+    }
+    void *raw, *rtc, *ws, *x, *y0, *y1, *ids;
+    ck(cudaMalloc(&raw, stack.size() + 64), "malloc");
+    ck(cudaMemcpy(raw, stack.data(), stack.size(), cudaMemcpyHostToDevice), "upload");
+    ck(cudaMalloc(&rtc, rstack.size()), "malloc");
+    ck(cudaMemcpy(rtc, rstack.data(), rstack.size(), cudaMemcpyHostToDevice), "upload");
+    const size_t wsb = ts.workspace_bytes(int64_t(kcuda::kTcMaxRows) * used);
+    ck(cudaMalloc(&ws, wsb), "malloc");
+    ck(cudaMemset(ws, 0, wsb), "memset");
+    const std::vector<float> xv = tandem::test::random_vec(size_t(16 * k), 5, -1.f, 1.f);
+    ck(cudaMalloc(&x, xv.size() * 4), "malloc");
+    ck(cudaMemcpy(x, xv.data(), xv.size() * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMalloc(&y0, size_t(16 * used * m) * 4), "malloc");
+    ck(cudaMalloc(&y1, size_t(16 * used * m) * 4), "malloc");
+    ck(cudaMalloc(&ids, size_t(rounds * 16 * used) * 4), "malloc");
+    for (int64_t tokens : {1, 4, 16}) {
+      std::mt19937_64 rng{uint64_t(tokens)};
+      std::vector<int32_t> hid(size_t(rounds * tokens * used));
+      double distinct = 0;  // mean distinct experts per call
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<char> any(E, 0);
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::vector<char> taken(E, 0);
+          for (int j = 0; j < used; ++j) {
+            int e;
+            do e = int(rng() % E);
+            while (taken[size_t(e)]);
+            taken[size_t(e)] = 1, any[size_t(e)] = 1;
+            hid[size_t((r * tokens + t) * used + j)] = e;
+          }
+        }
+        distinct += double(std::count(any.begin(), any.end(), 1)) / rounds;
+      }
+      ck(cudaMemcpy(ids, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice), "upload");
+      auto ids_of = [&](int i) { return static_cast<const int32_t*>(ids) + size_t(i % rounds) * size_t(tokens * used); };
+      CudaMatmulArgs a;
+      a.m = m, a.k = k, a.row_bytes = k / 256 * 66, a.n = tokens * used, a.grid = grid;
+      a.w = static_cast<const uint8_t*>(raw), a.per_x = used, a.n_experts = E, a.expert_bytes = per;
+      a.x = static_cast<const float*>(x), a.y = static_cast<float*>(y0);
+      auto fp32 = [&](int i) {
+        a.ids = ids_of(i);
+        kcuda::gather_impl<kcuda::DecIQ2_XXS>(a, s);
+      };
+      auto tcg = [&](int i) {
+        kcuda::launch_gather_tc_iq2(static_cast<const uint8_t*>(rtc), eb, E, nullptr, ts, tab,
+                                    static_cast<const float*>(x), ids_of(i), used, static_cast<float*>(y1), tokens,
+                                    1.0f, 0, ws, s);
+      };
+      const double t0 = time_graph(fp32, 64), t1 = time_graph(tcg, 64);
+      fp32(0), tcg(0);
+      const double diff = max_rel_diff(y0, y1, size_t(tokens * used * m), s);
+      const double gb = distinct * double(per) / 1e9;
+      std::printf("IQ2_XXS gather [%lld, %lld] %2lld tokens x %d (%.1f distinct)  fp32 %7.2f us %5.0f GB/s | "
+                  "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
+                  (long long)m, (long long)k, (long long)tokens, used, distinct, t0 * 1e3, gb / (t0 * 1e-3),
+                  t1 * 1e3, gb / (t1 * 1e-3), 100 * gb / (t1 * 1e-3) / c.copy_gbs, diff);
+    }
+    cudaFree(raw), cudaFree(rtc), cudaFree(ws), cudaFree(x), cudaFree(y0), cudaFree(y1), cudaFree(ids);
+  }
+  cudaFree(grid), cudaFree(tab);
+}
+
 }  // namespace
 
 // Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
-// --tc (the tensor-core NVFP4 GEMV prototype beside the fp32 and mma GEMVs).
+// --tc (the tensor-core NVFP4 and IQ2_XXS GEMV prototypes beside the fp32 and mma GEMVs, and the
+// IQ2_XXS grouped gather beside the fp32 gather).
 int main(int argc, char** argv) {
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device\n");
@@ -265,6 +435,7 @@ int main(int argc, char** argv) {
               c.read_gbs);
   if (argc > 1 && std::strcmp(argv[1], "--tc") == 0) {
     bench_tc(c);
+    bench_tc_iq2(c);
     return 0;
   }
   std::printf("-- decode GEMV, 1 activation row (PyTorch [out, in]; ggml ne {in, out}) --\n");
