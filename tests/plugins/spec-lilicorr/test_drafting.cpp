@@ -72,6 +72,16 @@ std::string synthesize(const test::TempDir& dir, const ModelDesc& target, bool h
   return path;
 }
 
+// A factory that keeps the context the drafting loop gives its drafters, to make a LiliDrafter by hand.
+struct Grab : SpeculatorFactory {
+  SpeculatorContext ctx;
+  std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
+    s.finish();
+    ctx = c;
+    return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
+  }
+};
+
 DraftOptions options(const std::string& path) {
   DraftOptions o = test::fixed_costs(7);  // verify every proposal at full width: a random drafter gets tried
   o.settings["lilicorr"] = SpeculatorSettings("", "draft.lilicorr", {{"path", path}});
@@ -147,14 +157,6 @@ TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
-  struct Grab : SpeculatorFactory {
-    SpeculatorContext ctx;
-    std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
-      s.finish();
-      ctx = c;
-      return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
-    }
-  };
   auto grab = std::make_shared<Grab>();
   Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
   lilicorr::LiliFactory f;
@@ -341,14 +343,6 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
 TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
-  struct Grab : SpeculatorFactory {
-    SpeculatorContext ctx;
-    std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
-      s.finish();
-      ctx = c;
-      return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
-    }
-  };
   auto grab = std::make_shared<Grab>();
   Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
   for (bool head : {true, false}) {
