@@ -3,12 +3,11 @@
 #include "drafter.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "synth.h"
-#include "tandem/model.h"
 #include "tandem/error.h"
+#include "tandem/model.h"
 #include "tandem/weights.h"
 
 namespace tandem::lilicorr {
