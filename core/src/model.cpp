@@ -2,6 +2,7 @@
 #include "tandem/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -229,6 +230,7 @@ struct Model::Impl {
   MixerScratch mixer_scratch;  // before the mixers, which refer to it
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<std::shared_ptr<LayerFactory>> factories;  // keep plugin libraries loaded
+  std::vector<std::pair<std::string, std::shared_ptr<WeightFormat>>> formats;  // Model::load_weight
   Scratch x, h, out, logits;
   // int64[batch_max_rows]: the first position of the running pass (of sequence b of a batch at b),
   // read by attention
@@ -383,10 +385,13 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<Checkpoint> checkpoint, const
   check(checkpoint != nullptr, "Model::load: no checkpoint");
   std::unique_ptr<Model> m(new Model());
   Impl& im = *m->impl_;
+  static std::atomic<uint64_t> serials{0};
+  m->serial_ = ++serials;
 
   im.checkpoint = std::move(checkpoint);
   m->format_name_ = format_name;
   auto formats = reg.formats(o.device);
+  im.formats = formats;
   m->desc_ = parse_model_config(im.checkpoint->config_json(), im.checkpoint->path() + " (config)");
   const ModelDesc& d = m->desc_;
 
@@ -633,6 +638,10 @@ void Model::set_forward_observer(std::function<void(int, const Tensor&)> observe
 const QuantizedTensor& Model::embedding() const { return *impl_->embed; }
 const QuantizedTensor& Model::lm_head() const { return *impl_->lm_head; }
 const float* Model::final_norm() const { return static_cast<const float*>(impl_->norm_f->data()); }
+
+std::unique_ptr<QuantizedTensor> Model::load_weight(const TensorGroup& group) const {
+  return claim_group(impl_->formats, group).load(group, *backend_);
+}
 
 void Model::set_taps(std::vector<int> layers) {
   const int L = int(impl_->mixers.size());

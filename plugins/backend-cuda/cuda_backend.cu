@@ -396,6 +396,53 @@ void CudaBackend::relu2(const Tensor& x) {
   launch_relu2(x.f32(), x.numel(), stream());
 }
 
+void CudaBackend::rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
+  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
+    fail("rope: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
+  check_tensor("rope", "x", x, x.rows, int64_t(heads) * hd);
+  if (pos0 < 0) fail("rope: position ", pos0, " is negative");
+  launch_rope(x.f32(), x.rows, heads, hd, pos0, theta, stream());
+}
+
+void CudaBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv,
+                                 int hd, const Tensor& out) {
+  if (nq <= 0 || nkv <= 0 || hd <= 0 || nq % nkv != 0 || hd > kMaxHeadDim)
+    fail("attention_full: heads must be positive, nq a multiple of nkv and hd ≤ ", kMaxHeadDim, ", found nq=", nq,
+         " nkv=", nkv, " hd=", hd);
+  const int64_t n = q.rows, qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+  check_tensor("attention_full", "q", q, n, qw);
+  check_tensor("attention_full", "out", out, n, qw);
+  if (rows <= 0 || k.rows < rows || v.rows < rows)
+    fail("attention_full: ", rows, " key rows asked, k holds ", k.rows, " and v ", v.rows);
+  check_tensor("attention_full", "k", k, k.rows, kw);
+  check_tensor("attention_full", "v", v, v.rows, kw);
+  if (n > 65535) fail("attention_full: ", n, " query rows, at most 65535");
+  launch_attention_full(q.f32(), k.f32(), v.f32(), n, rows, nq, nkv, hd, out.f32(), stream());
+}
+
+void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {
+  check_tensor("silu_mul", "g", g, g.rows, g.cols);
+  check_tensor("silu_mul", "u", u, g.rows, g.cols);
+  check_tensor("silu_mul", "out", out, g.rows, g.cols);
+  launch_silu_mul(g.f32(), u.f32(), g.numel(), out.f32(), stream());
+}
+
+void CudaBackend::scale_softcap(const Tensor& x, float s, float cap) {
+  check_tensor("scale_softcap", "x", x, x.rows, x.cols);
+  launch_scale_softcap(x.f32(), x.numel(), s, cap, stream());
+}
+
+void CudaBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
+  check_tensor("top_k_logprobs", "logits", logits, logits.rows, logits.cols);
+  if (k < 1 || k > kMaxTopK || k > logits.cols)
+    fail("top_k_logprobs: k must be in [1, ", std::min<int64_t>(kMaxTopK, logits.cols), "], found ", k);
+  check_ptr("top_k_logprobs", "ids", ids);
+  check_ptr("top_k_logprobs", "logp", logp);
+  if (logits.rows > 65535 || logits.cols > INT32_MAX) fail("top_k_logprobs: ", logits.rows, " rows of ", logits.cols,
+                                                           ", at most 65535 rows of 2^31 − 1");
+  launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, stream());
+}
+
 void CudaBackend::check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
                                   const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                                   const Tensor& out) const {

@@ -63,4 +63,15 @@ void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, con
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
                       float* weights, cudaStream_t stream);
 
+// Drafter ops (drafter_ops_cuda.cu). x [rows, heads·hd] in place, row r at position pos0 + r.
+void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream);
+// q, out [n, nq·hd]; k, v [≥ rows, nkv·hd]; hd ≤ kMaxHeadDim.
+void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,
+                           int hd, float* out, cudaStream_t stream);
+void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream);
+void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream);
+// logits [rows, vocab]; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK.
+void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
+                           cudaStream_t stream);
+
 }  // namespace tandem::cuda

@@ -73,6 +73,18 @@ void CpuBackend::gated_rms_norm(const Tensor& y, const Tensor& z, const float* w
 }
 void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) { cpu::add(a, b, out); }
 void CpuBackend::relu2(const Tensor& x) { cpu::relu2(x); }
+void CpuBackend::rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
+  cpu::rope(x, heads, hd, pos0, theta);
+}
+void CpuBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv,
+                                int hd, const Tensor& out) {
+  cpu::attention_full(q, k, v, rows, nq, nkv, hd, out);
+}
+void CpuBackend::silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) { cpu::silu_mul(g, u, out); }
+void CpuBackend::scale_softcap(const Tensor& x, float s, float cap) { cpu::scale_softcap(x, s, cap); }
+void CpuBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
+  cpu::top_k_logprobs(logits, k, ids, logp);
+}
 void CpuBackend::moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
   cpu::moe_combine(expert_out, weights, k, out);
 }

@@ -25,6 +25,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache
                int64_t capacity, int64_t pos0, int nq, int nkv, int hd, const Tensor& out);
 void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                float* weights);
+// Drafter ops (drafter_ops.cpp).
+void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta);
+void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv, int hd,
+                    const Tensor& out);
+void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out);
+void scale_softcap(const Tensor& x, float s, float cap);
+void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp);
 
 // Sampling: tandem::sample_host (tandem/sampler.h), shared with every backend.
 

@@ -3,29 +3,32 @@
 #include "drafter.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "synth.h"
 #include "tandem/error.h"
+#include "tandem/model.h"
 #include "tandem/weights.h"
 
 namespace tandem::lilicorr {
 
-LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w)
-    : ctx_(ctx), w_(std::move(w)) {
+LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w,
+                         std::shared_ptr<const DeviceWeights> dw)
+    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, std::move(dw)) {
   const BackboneConfig& c = w_->backbone.c;
-  const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 0;
+  const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
   // Every buffer now: none comes or goes while the target records graphs.
-  rows_dev_ = ctx_.backend->alloc(size_t(S * c.hidden) * sizeof(float));
-  logits_dev_ = ctx_.backend->alloc(size_t(S * ctx_.vocab) * sizeof(float));
-  emb_dev_ = ctx_.backend->alloc(size_t(std::max<int64_t>(c.block, S * K) * c.hidden) * sizeof(float));
+  auto f32 = [&](int64_t n) { return ctx_.backend->alloc(size_t(n) * sizeof(float)); };
+  x_dev_ = f32(c.block * c.hidden);
+  rows_dev_ = f32(S * c.hidden);
+  logits_dev_ = f32(S * ctx_.vocab);
+  emb_dev_ = f32(S * K * c.hidden);
+  cand_dev_ = ctx_.backend->alloc(size_t(S * K) * sizeof(int32_t));
+  logp_dev_ = f32(S * K);
 }
 
 void LiliDrafter::begin(const int32_t* prompt, size_t n) {
-  cache_.clear();
-  pending_.clear();
-  pending_rows_ = 0;
+  dev_.clear();
   fed_ = 0;
   committed_ = int64_t(n);
   last_ = n ? prompt[n - 1] : -1;
@@ -52,106 +55,72 @@ void LiliDrafter::take(const TargetHidden& h) {
   check(h.pos0 == fed_, "lilicorr: the states of position ", h.pos0, " arrived, expected position ", fed_,
         " (every committed row must come, in order)");
   if (h.rows <= 0) return;
-  // Host copies of the taps (the drafter's math runs on the host; Backend::download waits for the pass).
-  const size_t base = pending_.size();
-  pending_.resize(base + size_t(h.rows * taps * H));
-  host_.resize(size_t(h.rows * H));
   for (int64_t t = 0; t < taps; ++t) {
     const Tensor& s = h.states[size_t(t)];
     check(s.rows == h.rows && s.cols == H && s.dtype == DType::F32, "lilicorr: tapped layer ", h.layers[size_t(t)],
           " arrived as ", s.rows, "×", s.cols, ", expected ", h.rows, "×", H, " f32");
-    ctx_.backend->download(host_.data(), s.data, s.nbytes());
-    for (int64_t r = 0; r < h.rows; ++r)
-      std::copy(host_.begin() + r * H, host_.begin() + (r + 1) * H,
-                pending_.begin() + int64_t(base) + (r * taps + t) * H);
   }
-  pending_rows_ += h.rows;
+  // Projected now, where the target left them (the states are valid only during this call).
+  dev_.append(h.states, 0, h.rows);
   fed_ += h.rows;
 }
 
-void LiliDrafter::flush() {
-  if (pending_rows_ == 0) return;
-  append_context(w_->backbone, pending_.data(), pending_rows_, cache_);
-  pending_.clear();
-  pending_rows_ = 0;
+std::vector<float> LiliDrafter::backbone_rows() const {
+  const BackboneConfig& c = w_->backbone.c;
+  std::vector<float> out(size_t((c.block - 1) * c.hidden));
+  ctx_.backend->download(out.data(), rows_dev_->data(), out.size() * sizeof(float));
+  return out;
 }
 
-void LiliDrafter::lm_head(const std::vector<float>& rows, int64_t n, std::vector<float>& logits) {
-  const int64_t H = w_->backbone.c.hidden, V = ctx_.vocab;
-  ctx_.backend->upload(rows_dev_->data(), rows.data(), size_t(n * H) * sizeof(float));
-  Tensor x = Tensor::f32(static_cast<float*>(rows_dev_->data()), n, H);
-  Tensor y = Tensor::f32(static_cast<float*>(logits_dev_->data()), n, V);
-  ctx_.lm_head->matmul(x, y);
-  logits.resize(size_t(n * V));
-  ctx_.backend->download(logits.data(), y.data, y.nbytes());
+std::vector<float> LiliDrafter::anchor_row() const {
+  std::vector<float> out(size_t(w_->backbone.c.hidden));
+  ctx_.backend->download(out.data(), dev_.last_row().data, out.size() * sizeof(float));
+  return out;
 }
 
 void LiliDrafter::propose(int max_n, Draft& out) {
   out.clear();
   // Drafts need every committed position but the last one fed (the anchor has no row yet).
   if (max_n <= 0 || last_ < 0 || fed_ == 0 || fed_ != committed_ - 1) return;
-  flush();
-  const BackboneWeights& bw = w_->backbone;
-  const BackboneConfig& c = bw.c;
+  const BackboneConfig& c = w_->backbone.c;
   const int64_t B = c.block, S = B - 1, H = c.hidden, V = ctx_.vocab;
+  const int K = w_->head ? w_->head->c.topk : 1;
+  Backend& be = *ctx_.backend;
 
   // The block [anchor, mask × (B − 1)], embedded by the target's table.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
   ids[0] = last_;
-  BlockTrace& t = trace_;
-  t.start = cache_.rows;
-  t.cand.clear(), t.logp.clear(), t.scores = HeadScores{}, t.path.clear();
-  std::vector<float>& rows = t.rows;
-  std::vector<float> x(size_t(B * H)), logits;
-  Tensor e = Tensor::f32(static_cast<float*>(emb_dev_->data()), B, H);
-  ctx_.embedding->get_rows(ids.data(), int(B), e);
-  ctx_.backend->download(x.data(), e.data, e.nbytes());
-  if (c.embedding_scale != 1.0f)
-    for (float& v : x) v *= c.embedding_scale;
-  run_block(bw, cache_, std::move(x), rows);
-  lm_head(rows, S, logits);
-  for (float& v : logits) {
-    v *= c.output_multiplier;
-    if (c.softcap > 0) v = c.softcap * std::tanh(v / c.softcap);
-  }
+  const Tensor x = Tensor::f32(static_cast<float*>(x_dev_->data()), B, H);
+  ctx_.embedding->get_rows(ids.data(), int(B), x);
+  if (c.embedding_scale != 1.0f) be.scale_softcap(x, c.embedding_scale, 0.0f);
+  const Tensor rows = Tensor::f32(static_cast<float*>(rows_dev_->data()), S, H);
+  dev_.run_block(x, rows);
+  const Tensor logits = Tensor::f32(static_cast<float*>(logits_dev_->data()), S, V);
+  ctx_.lm_head->matmul(rows, logits);
+  if (c.output_multiplier != 1.0f || c.softcap > 0) be.scale_softcap(logits, c.output_multiplier, c.softcap);
+  // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties); K = 1: argmax.
+  auto* cand_dev = static_cast<int32_t*>(cand_dev_->data());
+  auto* logp_dev = static_cast<float*>(logp_dev_->data());
+  be.top_k_logprobs(logits, K, cand_dev, logp_dev);
+  cand_.resize(size_t(S * K));
+  logp_.resize(size_t(S * K));
+  be.download(cand_.data(), cand_dev, cand_.size() * sizeof(int32_t));
+  be.download(logp_.data(), logp_dev, logp_.size() * sizeof(float));
 
   block_.assign(size_t(S), 0);
+  path_.clear();
   if (!w_->head) {
-    for (int64_t s = 0; s < S; ++s) {
-      const float* l = logits.data() + s * V;
-      block_[size_t(s)] = int32_t(std::max_element(l, l + V) - l);
-    }
+    block_ = cand_;
   } else {
     const HeadWeights& hw = *w_->head;
-    const int64_t K = hw.c.topk;
-    // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties).
-    std::vector<int32_t>& cand = t.cand;
-    std::vector<float>& logp = t.logp;
-    cand.assign(size_t(S * K), 0);
-    logp.assign(size_t(S * K), 0.0f);
-    std::vector<int32_t> order(static_cast<size_t>(V));
-    for (int64_t s = 0; s < S; ++s) {
-      const float* l = logits.data() + s * V;
-      const float mx = *std::max_element(l, l + V);
-      double sum = 0.0;
-      for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i] - mx));
-      const float lse = mx + float(std::log(sum));
-      for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-      std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                        [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-      for (int64_t k = 0; k < K; ++k) {
-        cand[size_t(s * K + k)] = order[size_t(k)];
-        logp[size_t(s * K + k)] = l[order[size_t(k)]] - lse;
-      }
-    }
     std::vector<float> emb(size_t(S * K * H));
-    Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
-    ctx_.embedding->get_rows(cand.data(), int(S * K), ce);
-    ctx_.backend->download(emb.data(), ce.data, ce.nbytes());
-    score(hw, int(S), emb.data(), logp.data(), rows.data(), cache_.last_row.data(), true, t.scores);
-    t.path = greedy_path(t.scores, int(S), int(K));
-    const std::vector<int>& path = t.path;
-    for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand[size_t(s * K + path[size_t(s)])];
+    const Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
+    ctx_.embedding->get_rows(cand_.data(), int(S * K), ce);
+    be.download(emb.data(), ce.data, ce.nbytes());
+    const std::vector<float> pass = backbone_rows(), anchor = anchor_row();
+    score(hw, int(S), emb.data(), logp_.data(), pass.data(), anchor.data(), true, scores_);
+    path_ = greedy_path(scores_, int(S), K);
+    for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand_[size_t(s * K + path_[size_t(s)])];
   }
   // The full block ran (its bidirectional rows depend on its width); the loop gets what it asked for.
   out.tokens.assign(block_.begin(), block_.begin() + std::min<int64_t>(max_n, S));
@@ -165,13 +134,14 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
   namespace fs = std::filesystem;
   if (fs::path(path).is_relative() && !settings.source().empty())
     path = (fs::path(settings.source()).parent_path() / path).string();
-  check(ctx.backend && ctx.desc && ctx.embedding && ctx.lm_head, "lilicorr: the drafter needs the target's backend, ",
-        "shapes, embedding and LM head (SpeculatorContext incomplete)");
+  check(ctx.backend && ctx.desc && ctx.embedding && ctx.lm_head && ctx.target, "lilicorr: the drafter needs the ",
+        "target model, its backend, shapes, embedding and LM head (SpeculatorContext incomplete)");
+  check(&ctx.target->backend() == ctx.backend, "lilicorr: the context's backend is not the target's");
   std::shared_ptr<const DrafterWeights> w;
+  std::error_code ec;
+  const std::string key = fs::weakly_canonical(path, ec).string();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::error_code ec;
-    const std::string key = fs::weakly_canonical(path, ec).string();
     w = loaded_[key];
     if (!w) {
       w = load_drafter(path);
@@ -191,7 +161,14 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
   if (w->head)
     check(w->head->c.topk <= ctx.vocab, "lilicorr: ", path, ": candidate top-", w->head->c.topk,
           " exceeds the target's vocabulary of ", ctx.vocab);
-  return std::make_unique<LiliDrafter>(ctx, std::move(w));
+  std::shared_ptr<const DeviceWeights> dw;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = on_target_[{key, ctx.target->serial()}];
+    if (!slot) slot = load_device_weights(w->backbone, *ctx.target);
+    dw = slot;
+  }
+  return std::make_unique<LiliDrafter>(ctx, std::move(w), std::move(dw));
 }
 
 void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, SpeculatorSettings& settings,

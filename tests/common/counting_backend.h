@@ -75,6 +75,18 @@ class CountingBackend final : public Backend {
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override {
     return in_->sample(logits, vocab, p, rng);
   }
+  void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) override {
+    in_->rope(x, heads, hd, pos0, theta);
+  }
+  void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv, int hd,
+                      const Tensor& out) override {
+    in_->attention_full(q, k, v, rows, nq, nkv, hd, out);
+  }
+  void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override { in_->silu_mul(g, u, out); }
+  void scale_softcap(const Tensor& x, float s, float cap) override { in_->scale_softcap(x, s, cap); }
+  void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override {
+    in_->top_k_logprobs(logits, k, ids, logp);
+  }
 
  private:
   std::shared_ptr<Backend> in_;

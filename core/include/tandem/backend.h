@@ -129,6 +129,42 @@ class Backend {
     (void)expert_out, (void)weights, (void)k, (void)out;
     fail("backend '", device(), "' has no moe_combine");
   }
+  // Ops of drafters with layers of their own (the DFlash backbone of plugins/spec-lilicorr), optional:
+  // a backend without them fails naming the op (the default).
+  // Rotary embedding (rotate-half layout, HF Llama/Qwen3) in place on x [n, heads·hd]: row r is at
+  // position pos0 + r; pair (j, j + hd/2) turns by (pos0 + r)·theta^(−2j/hd) (frequency in double, the
+  // angle rounded to f32, cos/sin in f32).
+  virtual void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
+    (void)x, (void)heads, (void)hd, (void)pos0, (void)theta;
+    fail("backend '", device(), "' has no rope");
+  }
+  // GQA attention without a mask: every row of q [n, nq·hd] attends to rows 0 .. rows−1 of k and v
+  // (rows of nkv·hd, at least `rows` of them). Softmax in fp32, scale hd^−0.5. out [n, nq·hd]. Each
+  // row's result is independent of n.
+  virtual void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv,
+                              int hd, const Tensor& out) {
+    (void)q, (void)k, (void)v, (void)rows, (void)nq, (void)nkv, (void)hd, (void)out;
+    fail("backend '", device(), "' has no attention_full");
+  }
+  // SwiGLU: out = silu(g) ⊙ u, silu(v) = v / (1 + e^−v). g, u, out [n, D] (out may alias g or u).
+  virtual void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {
+    (void)g, (void)u, (void)out;
+    fail("backend '", device(), "' has no silu_mul");
+  }
+  // x ← cap·tanh(s·x / cap) in place when cap > 0, else x ← s·x (a logit multiplier and softcap).
+  virtual void scale_softcap(const Tensor& x, float s, float cap) {
+    (void)x, (void)s, (void)cap;
+    fail("backend '", device(), "' has no scale_softcap");
+  }
+  // Per row of logits [n, V]: the k largest (descending; the lower id first on ties) as ids [n, k]
+  // and their log_softmax values logp [n, k] (max + log Σ exp(l − max) over the whole row); ids and
+  // logp in this backend's memory. 1 ≤ k ≤ kMaxTopK.
+  static constexpr int kMaxTopK = 64;
+  virtual void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
+    (void)logits, (void)k, (void)ids, (void)logp;
+    fail("backend '", device(), "' has no top_k_logprobs");
+  }
+
   // Picks one token from logits [V] (host or device memory of this backend).
   virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) = 0;
 

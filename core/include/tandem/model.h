@@ -20,6 +20,7 @@ namespace tandem {
 class PluginRegistry;
 class Checkpoint;
 class QuantizedTensor;
+struct TensorGroup;
 
 struct LoadOptions {
   std::string path;              // HF folder, a .safetensors file, or a file another format reads
@@ -172,6 +173,13 @@ class TANDEM_API Model {
   const QuantizedTensor& embedding() const;
   const QuantizedTensor& lm_head() const;
   const float* final_norm() const;
+  // A weight that is not the model's (a drafter's own layer), loaded on backend() by the best claim of
+  // the formats the model was loaded with. The group's RawTensors must outlive the result (a host
+  // weight may point into them). Error: no format claims the group.
+  std::unique_ptr<QuantizedTensor> load_weight(const TensorGroup& group) const;
+  // A number no other Model of this process has had (1, 2, …): what a drafter keys the weights it
+  // loaded for this model by, where an address could be a later model's.
+  uint64_t serial() const { return serial_; }
 
   // Taps: each forward() copies the residual stream after each layer of `layers` (x after layer i's
   // residual add: what layer i + 1 reads) for every row of the pass into buffers the Model owns. The
@@ -212,6 +220,7 @@ class TANDEM_API Model {
   std::string format_name_;
   size_t weight_bytes_ = 0;
   size_t decode_bytes_ = 0;
+  uint64_t serial_ = 0;
   DecodeParts decode_parts_;
 };
 

@@ -1,17 +1,22 @@
 // The lilicorr drafter in the drafting loop on the tiny fixture target (tests/fixtures/hf/latent):
 // drafted greedy text equals plain greedy text with a random LiLiCorr checkpoint (head or backbone
 // only), alone and beside lookup through the plugin registry, and drafts really were proposed and
-// verified (their acceptance rate is printed: a random drafter accepts little). Built twice: for the
-// CPU, and with TANDEM_LILICORR_DEVICE="cuda" as test_spec_lilicorr_cuda (the target on the GPU, the
-// drafter's host reference beside it; skips without a CUDA backend, fails under TANDEM_REQUIRE_GPU=1).
+// verified (their acceptance rate is printed: a random drafter accepts little); and the drafter's step on
+// the target's backend against its host fp32 reference. Built twice: for the CPU, and with
+// TANDEM_LILICORR_DEVICE="cuda" as test_spec_lilicorr_cuda (the target and the drafter on the GPU; skips
+// without a CUDA backend, fails under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <numeric>
 
 #include "drafter.h"
 #include "gpu_required.h"
+#include "plugins/cpu/kernels.h"
 #include "synth.h"
 #include "tandem/drafting.h"
 #include "tandem/generate.h"
@@ -66,6 +71,16 @@ std::string synthesize(const test::TempDir& dir, const ModelDesc& target, bool h
   f.synthesize(path, target, s, 3);
   return path;
 }
+
+// A factory that keeps the context the drafting loop gives its drafters, to make a LiliDrafter by hand.
+struct Grab : SpeculatorFactory {
+  SpeculatorContext ctx;
+  std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
+    s.finish();
+    ctx = c;
+    return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
+  }
+};
 
 DraftOptions options(const std::string& path) {
   DraftOptions o = test::fixed_costs(7);  // verify every proposal at full width: a random drafter gets tried
@@ -142,14 +157,6 @@ TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const std::string path = synthesize(dir, m->desc(), true);
-  struct Grab : SpeculatorFactory {
-    SpeculatorContext ctx;
-    std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
-      s.finish();
-      ctx = c;
-      return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
-    }
-  };
   auto grab = std::make_shared<Grab>();
   Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
   lilicorr::LiliFactory f;
@@ -172,7 +179,7 @@ TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   Draft full, part;
   lili.propose(31, full);
   ASSERT_EQ(full.tokens.size(), size_t(7)) << "B − 1 drafts";
-  EXPECT_EQ(lili.cache().rows, int64_t(p.size()));
+  EXPECT_EQ(lili.context_rows(), int64_t(p.size()));
   lili.propose(3, part);
   EXPECT_EQ(part.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 3));
   EXPECT_EQ(lili.last_block(), full.tokens) << "the short proposal ran the full block";
@@ -234,6 +241,166 @@ TEST_F(LilicorrDrafting, SeededSampledRunsEqualPlain) {
     DraftMetrics dm;
     EXPECT_EQ(d.generate(p, o, {}, &dm).tokens, plain) << "seed " << seed;
     EXPECT_GT(dm.drafters.at(0).drafted_tokens, 0) << dm.summary();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The largest |a − b| over two equally long vectors.
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0.0f;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+// The gap between the best and the second best of v[0 … n − 1].
+float top2_margin(const float* v, int n) {
+  std::vector<float> s(v, v + n);
+  std::sort(s.begin(), s.end(), std::greater<float>());
+  return n > 1 ? s[0] - s[1] : INFINITY;
+}
+
+// Checks the drafter's last proposal against the host reference run on the same committed rows;
+// returns whether the drafts were compared (no near tie on the reference's walk).
+bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const lilicorr::ContextCache& cache,
+                         int32_t anchor, lilicorr::LiliDrafter& lili, const std::string& what) {
+  const lilicorr::BackboneConfig& c = ref.backbone.c;
+  const int64_t B = c.block, S = B - 1, H = c.hidden, V = m.desc().vocab;
+  const int K = ref.head ? ref.head->c.topk : 1;
+  Backend& be = m.backend();
+  // Host reference: the block embedded by the target's table, the fp32 backbone, the target's LM head
+  // on the host rows, the CPU top-K, the fp32 head.
+  std::vector<int32_t> ids(size_t(B), c.mask_token);
+  ids[0] = anchor;
+  auto dev = be.alloc(size_t(std::max<int64_t>(S * V, S * K * H)) * sizeof(float));
+  auto dev2 = be.alloc(size_t(S * H) * sizeof(float));
+  Tensor e = Tensor::f32(static_cast<float*>(dev->data()), B, H);
+  m.embedding().get_rows(ids.data(), int(B), e);
+  std::vector<float> x(size_t(B * H)), rows;
+  be.download(x.data(), e.data, e.nbytes());
+  lilicorr::run_block(ref.backbone, cache, x, rows);
+  const float rows_err = max_diff(lili.backbone_rows(), rows);
+  EXPECT_LT(rows_err, 2e-3f) << what << ": backbone rows";
+  EXPECT_LT(max_diff(lili.anchor_row(), cache.last_row), 2e-3f) << what << ": anchor row";
+  be.upload(dev2->data(), rows.data(), rows.size() * sizeof(float));
+  Tensor l = Tensor::f32(static_cast<float*>(dev->data()), S, V);
+  m.lm_head().matmul(Tensor::f32(static_cast<float*>(dev2->data()), S, H), l);
+  std::vector<float> logits(size_t(S * V));
+  be.download(logits.data(), l.data, l.nbytes());
+  std::vector<int32_t> cand(size_t(S * K));
+  std::vector<float> logp(size_t(S * K));
+  cpu::top_k_logprobs(Tensor::f32(logits.data(), S, V), K, cand.data(), logp.data());
+  EXPECT_EQ(lili.last_candidates().size(), cand.size()) << what;
+  if (lili.last_candidates().size() != cand.size()) return false;
+  EXPECT_LT(max_diff(lili.last_logp(), logp), 2e-3f) << what << ": candidate log-probabilities";
+  // Candidate ids must agree wherever the reference's order is not a near tie.
+  int checked = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    std::vector<float> row(logits.begin() + s * V, logits.begin() + (s + 1) * V);
+    std::sort(row.begin(), row.end(), std::greater<float>());
+    float gap = INFINITY;
+    for (int k = 0; k < K; ++k) gap = std::min(gap, row[size_t(k)] - row[size_t(k) + 1]);
+    if (gap < 1e-3f) continue;
+    ++checked;
+    for (int k = 0; k < K; ++k)
+      EXPECT_EQ(lili.last_candidates()[size_t(s * K + k)], cand[size_t(s * K + k)]) << what << ": slot " << s;
+  }
+  EXPECT_GT(checked, 0) << what << ": every slot was a near tie";
+  std::printf("%s: backbone rows max err %.3g, %d of %lld slots' candidates compared\n", what.c_str(), rows_err,
+              checked, (long long)S);
+  if (!ref.head) {
+    EXPECT_EQ(lili.last_block(), lili.last_candidates()) << what << ": argmax drafts";
+    return checked == S;
+  }
+  // The head on the reference's candidates.
+  Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
+  m.embedding().get_rows(cand.data(), int(S * K), ce);
+  std::vector<float> emb(size_t(S * K * H));
+  be.download(emb.data(), ce.data, ce.nbytes());
+  lilicorr::HeadScores sc;
+  lilicorr::score(*ref.head, int(S), emb.data(), logp.data(), rows.data(), cache.last_row.data(), true, sc);
+  if (lili.last_candidates() != cand) return false;  // a near tie reordered candidates: scores differ by design
+  EXPECT_LT(max_diff(lili.last_scores().start, sc.start), 2e-2f) << what << ": start scores";
+  EXPECT_LT(max_diff(lili.last_scores().pairs, sc.pairs), 2e-2f) << what << ": pair scores";
+  const std::vector<int> path = lilicorr::greedy_path(sc, int(S), K);
+  // Drafts agree wherever each step of the reference's walk has a clear winner.
+  bool clear = top2_margin(sc.start.data(), K) > 0.05f;
+  for (int64_t s = 0; s + 1 < S && clear; ++s)
+    clear = top2_margin(sc.pairs.data() + (s * K + path[size_t(s)]) * K, K) > 0.05f;
+  if (!clear) return false;
+  for (int64_t s = 0; s < S; ++s)
+    EXPECT_EQ(lili.last_block()[size_t(s)], cand[size_t(s * K + path[size_t(s)])]) << what << ": draft " << s;
+  return true;
+}
+
+// The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K) against the host
+// fp32 reference (backbone.cpp, head.cpp, the CPU backend's top-K) on the same committed rows: after a
+// short prompt and after one past several 64-row append chunks (the cache grows), then after plain
+// steps that commit one row each. With and without the head.
+TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  auto grab = std::make_shared<Grab>();
+  Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
+  for (bool head : {true, false}) {
+    int compared = 0;
+    const std::string path = synthesize(dir, m->desc(), head);
+    const auto ref = lilicorr::load_drafter(path);
+    ASSERT_EQ(bool(ref->head), head);
+    lilicorr::LiliFactory f;
+    for (size_t n : {5, 150}) {
+      const std::string what = std::string(head ? "head" : "argmax") + ", prompt " + std::to_string(n);
+      SpeculatorSettings s("", "draft.lilicorr", {{"path", path}});
+      auto sp = f.create(grab->ctx, s);
+      auto& lili = static_cast<lilicorr::LiliDrafter&>(*sp);
+      m->set_taps(lili.hidden_layers());
+      const int64_t H = m->desc().hidden, taps = int64_t(lili.hidden_layers().size());
+      const auto p = prompt(n);
+      auto seq = m->new_sequence(256);
+      lilicorr::ContextCache cache;
+      // Feeds `rows` committed rows at pos0 (the last pass's taps) to the drafter and to the reference.
+      auto feed = [&](int64_t pos0, int64_t rows, const int32_t* token) {
+        TargetHidden h;
+        h.pos0 = pos0, h.rows = rows, h.layers = lili.hidden_layers();
+        std::vector<float> feats(size_t(rows * taps * H)), one(size_t(rows * H));
+        for (int64_t t = 0; t < taps; ++t) {
+          h.states.push_back(m->tap(size_t(t)).slice_rows(0, rows));
+          m->backend().download(one.data(), h.states.back().data, one.size() * sizeof(float));
+          for (int64_t r = 0; r < rows; ++r)
+            std::copy(one.begin() + r * H, one.begin() + (r + 1) * H, feats.begin() + (r * taps + t) * H);
+        }
+        lilicorr::append_context(ref->backbone, feats.data(), rows, cache);
+        if (pos0 == 0) {
+          lili.observe_prompt(h);
+          lili.observe(token, 1);
+        } else {
+          lili.observe_hidden(token, 1, h);
+        }
+      };
+      std::vector<float> logits;
+      m->forward(*seq, p, ForwardMode::Prefill, logits, false);
+      m->commit(*seq, int(p.size()));
+      lili.begin(p.data(), p.size());
+      int32_t last = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      feed(0, int64_t(p.size()), &last);
+      for (int step = 0; step < 3; ++step) {
+        Draft dr;
+        lili.propose(7, dr);
+        ASSERT_EQ(dr.tokens.size(), size_t(7)) << what;
+        ASSERT_EQ(lili.context_rows(), cache.rows) << what;
+        compared += expect_step_matches(*m, *ref, cache, last, lili, what + ", step " + std::to_string(step));
+        // A plain step: the target feeds `last` and commits it; its row enters the context.
+        const int64_t pos = int64_t(p.size()) + step;
+        m->forward(*seq, {last}, ForwardMode::Verify, logits, false);
+        m->commit(*seq, 1);
+        last = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        feed(pos, 1, &last);
+      }
+    }
+    EXPECT_GT(compared, 0) << (head ? "head" : "argmax") << ": no step's drafts could be compared";
   }
 }
 

@@ -329,10 +329,15 @@ TEST(LilicorrOracle, MatchesTheReference) {
       Draft got, got_plain;
       d.propose(int(S), got);
       dp.propose(int(S), got_plain);
-      const BlockTrace& t = d.last_trace();
       const std::string at = c + " step " + std::to_string(i) + " (" + std::to_string(n) + " committed)";
-      ASSERT_EQ(t.start, n - 1) << at;
-      ASSERT_EQ(d.cache().rows, n - 1) << at << ": only committed rows enter the context";
+      ASSERT_EQ(d.context_rows(), n - 1) << at << ": only committed rows enter the context";
+      const struct {
+        std::vector<float> rows;
+        const std::vector<int32_t>& cand;
+        const std::vector<float>& logp;
+        const HeadScores& scores;
+        const std::vector<int>& path;
+      } t{d.backbone_rows(), d.last_candidates(), d.last_logp(), d.last_scores(), d.last_path()};
 
       const double re = max_rel(t.rows.data(), rows.data() + i * S * H, size_t(S * H));
       rows_err = std::max(rows_err, re);

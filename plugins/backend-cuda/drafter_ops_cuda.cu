@@ -1,0 +1,203 @@
+// The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
+// top_k_logprobs), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
+// Reductions run in fixed trees that depend on the row's width only, so a row's bits never depend on n.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "tandem/cuda/util.cuh"
+#include "kernels_cuda.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kEltThreads = 256;
+constexpr int kAttWarps = 4;
+constexpr int kTopThreads = 1024;
+
+__global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta) {
+  pdl_wait();
+  pdl_trigger();
+  const int half = hd / 2;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
+      const int h = t / half, j = t % half;
+      const double inv = pow(theta, -2.0 * double(j) / double(hd));
+      const float a = float(double(pos0 + r) * inv);
+      const float c = cosf(a), s = sinf(a);
+      float* v = x + r * int64_t(heads) * hd + int64_t(h) * hd;
+      const float x1 = v[j], x2 = v[j + half];
+      v[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+      v[j + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+    }
+}
+
+// One block per (query row, query head): kAttWarps warps take keys j ≡ warp (mod kAttWarps), each
+// with an online softmax whose lanes hold head dims lane, lane + 32, …; the warps merge in order.
+__global__ void attention_full_kernel(const float* q, const float* k, const float* v, int64_t rows, int nq, int nkv,
+                                      int hd, float scale, float* out) {
+  constexpr int kPer = kMaxHeadDim / 32;
+  __shared__ float sm[kAttWarps], sl[kAttWarps];
+  __shared__ float sacc[kAttWarps][kMaxHeadDim];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  const int hq = blockIdx.y, hk = hq / (nq / nkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+  const float* qr = q + r * qw + int64_t(hq) * hd;
+  float qv[kPer], acc[kPer];
+  const int per = (hd + 31) / 32;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane + 32 * i;
+    qv[i] = i < per && e < hd ? qr[e] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = warp; j < rows; j += kAttWarps) {
+    const float* kr = k + j * kw + int64_t(hk) * hd;
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      if (i < per && e < hd) d = fmaf(qv[i], kr[e], d);
+    }
+    const float s = warp_sum(d) * scale;
+    const float mn = fmaxf(m, s);
+    const float c = expf(m - mn), p = expf(s - mn);
+    l = l * c + p;
+    const float* vr = v + j * kw + int64_t(hk) * hd;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      if (i < per && e < hd) acc[i] = fmaf(p, vr[e], acc[i] * c);
+    }
+    m = mn;
+  }
+  if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane + 32 * i;
+    if (i < per && e < hd) sacc[warp][e] = acc[i];
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttWarps; ++w) M = fmaxf(M, sm[w]);
+  float L = 0.0f;
+  for (int w = 0; w < kAttWarps; ++w) L += sm[w] == -INFINITY ? 0.0f : sl[w] * expf(sm[w] - M);
+  float* o = out + r * qw + int64_t(hq) * hd;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kAttWarps; ++w)
+      if (sm[w] != -INFINITY) a += sacc[w][e] * expf(sm[w] - M);
+    o[e] = a / L;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* g, const float* u, int64_t n, float* out) {
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float gv = g[i];
+    out[i] = __fmul_rn(gv / (1.0f + expf(-gv)), u[i]);
+  }
+}
+
+__global__ void scale_softcap_kernel(float* x, int64_t n, float s, float cap) {
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = cap > 0 ? cap * tanhf(__fmul_rn(s, x[i]) / cap) : __fmul_rn(s, x[i]);
+}
+
+// (v, i) before (v2, i2) in top-k order: larger value, then lower id; i < 0 is no entry (NaNs never
+// become entries: they are not "after" any pick).
+__device__ __forceinline__ bool before(float v, int i, float v2, int i2) {
+  if (i < 0) return false;
+  if (i2 < 0) return true;
+  return v > v2 || (v == v2 && i < i2);
+}
+
+// One block per row: max, then Σ exp(l − max) (block trees), then k rounds that each pick the best
+// entry after the previous pick in top-k order.
+__global__ void top_k_kernel(const float* logits, int64_t V, int k, int32_t* ids, float* logp) {
+  __shared__ float scratch[32];
+  __shared__ float wv[32];
+  __shared__ int wi[32];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * V;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = block_max(mx, scratch);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+  s = block_sum(s, scratch);
+  const float lse = mx + logf(s);
+  float pv = INFINITY;
+  int pi = -1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  for (int j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const float x = l[i];
+      const bool after = x < pv || (x == pv && int(i) > pi);
+      if (after && before(x, int(i), bv, bi)) bv = x, bi = int(i);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    __syncthreads();
+    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+    __syncthreads();
+    bv = -INFINITY, bi = -1;
+    for (int w = 0; w < warps; ++w)
+      if (before(wv[w], wi[w], bv, bi)) bv = wv[w], bi = wi[w];
+    if (threadIdx.x == 0) {
+      ids[r * k + j] = bi;
+      logp[r * k + j] = bv - lse;
+    }
+    pv = bv, pi = bi;
+  }
+}
+
+unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8)); }
+
+}  // namespace
+
+void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream) {
+  if (rows == 0) return;
+  launch(rope_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(128), 0, stream, "rope", x, rows, heads, hd,
+         pos0, theta);
+}
+
+void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,
+                           int hd, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(attention_full_kernel, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream, "attention_full", q,
+         k, v, rows, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
+}
+
+void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(silu_mul_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "silu_mul", g, u, n, out);
+}
+
+void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(scale_softcap_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "scale_softcap", x, n, s, cap);
+}
+
+void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
+                           cudaStream_t stream) {
+  if (rows == 0) return;
+  launch(top_k_kernel, dim3(unsigned(rows)), dim3(kTopThreads), 0, stream, "top_k_logprobs", logits, vocab, k, ids,
+         logp);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,118 @@
+// The drafter ops of the CPU backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
+// top_k_logprobs): the arithmetic of the LiLiCorr plugin's host reference, one row at a time.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "check.h"
+#include "kernels.h"
+#include "tandem/parallel.h"
+
+namespace tandem::cpu {
+
+void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
+  check(heads > 0 && hd > 0 && hd % 2 == 0, "rope: heads must be positive and head_dim even, found heads=", heads,
+        " hd=", hd);
+  check_tensor("rope", "x", x, x.rows, int64_t(heads) * hd);
+  check(pos0 >= 0, "rope: position ", pos0, " is negative");
+  const int half = hd / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j) inv[size_t(j)] = std::pow(theta, -2.0 * double(j) / double(hd));
+  parallel_for(x.rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int j = 0; j < half; ++j) {
+        const float a = float(double(pos0 + r) * inv[size_t(j)]);
+        const float c = std::cos(a), s = std::sin(a);
+        for (int h = 0; h < heads; ++h) {
+          float* v = x.row(r) + int64_t(h) * hd;
+          const float x1 = v[j], x2 = v[j + half];
+          v[j] = x1 * c - x2 * s;
+          v[j + half] = x2 * c + x1 * s;
+        }
+      }
+  });
+}
+
+void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv, int hd,
+                    const Tensor& out) {
+  check(nq > 0 && nkv > 0 && hd > 0 && nq % nkv == 0, "attention_full: heads must be positive and nq a multiple of ",
+        "nkv, found nq=", nq, " nkv=", nkv, " hd=", hd);
+  const int64_t n = q.rows, qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+  check_tensor("attention_full", "q", q, n, qw);
+  check_tensor("attention_full", "out", out, n, qw);
+  check(rows > 0 && k.rows >= rows && v.rows >= rows, "attention_full: ", rows, " key rows asked, k holds ", k.rows,
+        " and v ", v.rows);
+  check_tensor("attention_full", "k", k, k.rows, kw);
+  check_tensor("attention_full", "v", v, v.rows, kw);
+  const int group = nq / nkv;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  parallel_for(n * nq, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> p(static_cast<size_t>(rows));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / nq;
+      const int hq = int(t % nq), hk = hq / group;
+      const float* qr = q.row(r) + int64_t(hq) * hd;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < rows; ++j) {
+        const float* kr = k.row(j) + int64_t(hk) * hd;
+        float dot = 0.0f;
+        for (int e = 0; e < hd; ++e) dot += qr[e] * kr[e];
+        p[size_t(j)] = dot * scale;
+        mx = std::max(mx, p[size_t(j)]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < rows; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+      float* o = out.row(r) + int64_t(hq) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t j = 0; j < rows; ++j) {
+        const float* vr = v.row(j) + int64_t(hk) * hd;
+        const float a = p[size_t(j)] / sum;
+        for (int e = 0; e < hd; ++e) o[e] += a * vr[e];
+      }
+    }
+  });
+}
+
+void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {
+  check_tensor("silu_mul", "g", g, g.rows, g.cols);
+  check_tensor("silu_mul", "u", u, g.rows, g.cols);
+  check_tensor("silu_mul", "out", out, g.rows, g.cols);
+  const float* gp = g.f32();
+  const float* up = u.f32();
+  float* op = out.f32();
+  for (int64_t i = 0; i < g.numel(); ++i) op[i] = gp[i] / (1.0f + std::exp(-gp[i])) * up[i];
+}
+
+void scale_softcap(const Tensor& x, float s, float cap) {
+  check_tensor("scale_softcap", "x", x, x.rows, x.cols);
+  float* p = x.f32();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = cap > 0 ? cap * std::tanh(s * p[i] / cap) : s * p[i];
+}
+
+void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
+  check_tensor("top_k_logprobs", "logits", logits, logits.rows, logits.cols);
+  check(k >= 1 && k <= Backend::kMaxTopK && k <= logits.cols, "top_k_logprobs: k must be in [1, ",
+        std::min<int64_t>(Backend::kMaxTopK, logits.cols), "], found ", k);
+  check_ptr("top_k_logprobs", "ids", ids);
+  check_ptr("top_k_logprobs", "logp", logp);
+  const int64_t V = logits.cols;
+  parallel_for(logits.rows, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* l = logits.row(r);
+      const float mx = *std::max_element(l, l + V);
+      double sum = 0.0;
+      for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i] - mx));
+      const float lse = mx + float(std::log(sum));
+      for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      for (int j = 0; j < k; ++j) {
+        ids[r * k + j] = order[size_t(j)];
+        logp[r * k + j] = l[order[size_t(j)]] - lse;
+      }
+    }
+  });
+}
+
+}  // namespace tandem::cpu

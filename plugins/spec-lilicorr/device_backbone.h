@@ -1,0 +1,82 @@
+// The DFlash backbone (backbone.h) on the target's backend: the drafter's linears are loaded once by the
+// target's own weight formats (Model::load_weight: BF16 where the checkpoint's values are BF16) and the
+// layers run as Backend ops (rms_norm, rope, attention_full, silu_mul, add) and matmuls, so one code
+// path serves a CPU and a CUDA target. The context cache (committed rows' K/V after k_norm and RoPE)
+// lives in device memory; the taps are read where the target keeps them. backbone.cpp stays the fp32
+// host reference that tests compare against.
+// Owner: DeviceWeights belong to one (checkpoint, target) pair and are shared read-only by the drafters
+// made for it; a DeviceBackbone belongs to one sequence's drafter. Thread: the engine thread. Sync: every
+// call only queues work on the backend's stream (no download, no synchronize).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "backbone.h"
+#include "tandem/backend.h"
+#include "tandem/weights.h"
+
+namespace tandem {
+class Model;
+}
+
+namespace tandem::lilicorr {
+
+struct DeviceLinear {
+  std::unique_ptr<QuantizedTensor> w;
+  std::unique_ptr<Buffer> bias;  // [kRowChunk, out]: the bias repeated per row, or null
+};
+
+struct DeviceLayer {
+  std::unique_ptr<Buffer> input_norm, post_norm, q_norm, k_norm;
+  DeviceLinear q, k, v, o, gate, up, down;
+};
+
+// Rows of one context append (longer appends run in chunks) and the most block rows: scratch and
+// broadcast biases hold this many rows.
+constexpr int64_t kRowChunk = 64;
+
+struct DeviceWeights {
+  BackboneConfig c;
+  std::vector<DeviceLinear> fc;  // per tap: the columns of fc that multiply that tap, [H, H]
+  std::unique_ptr<Buffer> hidden_norm, norm;
+  std::vector<DeviceLayer> layers;
+  // What the loaded weights were made from (a host weight may point into it).
+  std::deque<std::vector<uint8_t>> bytes;
+  std::deque<RawTensor> raws;
+};
+
+// Loads `w` onto the target's backend with the target's formats.
+std::shared_ptr<const DeviceWeights> load_device_weights(const BackboneWeights& w, Model& target);
+
+class DeviceBackbone {
+ public:
+  DeviceBackbone(Backend& backend, std::shared_ptr<const DeviceWeights> w);
+  // Forgets the context (a new sequence).
+  void clear() { rows_ = 0; }
+  int64_t rows() const { return rows_; }
+  // Appends positions rows() … rows() + n − 1 from the tapped states (taps[t]: [≥ r0 + n, H], rows
+  // r0 … r0 + n − 1 are used).
+  void append(const std::vector<Tensor>& taps, int64_t r0, int64_t n);
+  // Runs the block x [B, H] (embedded, scaled) at positions rows() … rows() + B − 1 (x is overwritten)
+  // and writes norm(x) of rows 1 … B − 1 into out [B − 1, H]; the block's K/V stay out of the context.
+  void run_block(const Tensor& x, const Tensor& out);
+  // hidden_norm(fc(·)) of the last appended position [H] (the anchor row of the head).
+  Tensor last_row() const;
+
+ private:
+  void reserve(int64_t rows);
+  // k = rope(k_norm(k_proj(h))), v = v_proj(h) for n rows into cache rows at rows_ of layer l.
+  void project_kv(size_t l, const Tensor& h, int64_t n);
+  void linear(const DeviceLinear& L, const Tensor& x, const Tensor& y);
+  Tensor buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const;
+
+  Backend& be_;
+  std::shared_ptr<const DeviceWeights> w_;
+  int64_t rows_ = 0, capacity_ = 0;
+  std::vector<std::unique_ptr<Buffer>> k_, v_;  // per layer [capacity, kv_heads·head_dim]
+  std::unique_ptr<Buffer> ctx_, h_, q_, att_, d_, g_, u_, last_;
+};
+
+}  // namespace tandem::lilicorr

@@ -1,0 +1,116 @@
+// The CUDA backend's drafter ops (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs), each
+// against its CPU twin (plugins/cpu/drafter_ops.cpp) on random inputs of several shapes, outputs
+// poisoned with NaN first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda_test.h"
+#include "plugins/cpu/kernels.h"
+
+namespace tandem::test {
+namespace {
+
+using cuda::CudaBackend;
+
+class CudaDrafterOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TANDEM_SKIP_WITHOUT_CUDA();
+    be = std::make_unique<CudaBackend>();
+  }
+  std::unique_ptr<CudaBackend> be;
+};
+
+TEST_F(CudaDrafterOps, RopeMatchesCpu) {
+  for (auto [rows, heads, hd, pos0] : {std::tuple{8, 4, 16, int64_t(0)}, std::tuple{17, 2, 128, int64_t(4093)},
+                                      std::tuple{64, 8, 64, int64_t(100000)}}) {
+    auto x = random_vec(size_t(rows * heads * hd), uint64_t(rows + hd), -2.f, 2.f);
+    std::vector<float> ref = x;
+    cpu::rope(Tensor::f32(ref.data(), rows, int64_t(heads) * hd), heads, hd, pos0, 1e6);
+    auto dx = to_device(*be, x);
+    be->rope(Tensor::f32(dx.p(), rows, int64_t(heads) * hd), heads, hd, pos0, 1e6);
+    // cos/sin of angles up to 1e5 rad: the f32 argument reductions differ in the last bits.
+    record(("rope " + std::to_string(hd) + " at " + std::to_string(pos0)).c_str(), max_rel_err(to_host(*be, dx), ref),
+           pos0 > 10000 ? 5e-3 : 1e-5);
+  }
+}
+
+TEST_F(CudaDrafterOps, AttentionFullMatchesCpuAndRowsAreBatchInvariant) {
+  for (auto [n, rows, nq, nkv, hd] : {std::tuple{8, 8, 4, 2, 16}, std::tuple{8, 300, 32, 4, 128},
+                                      std::tuple{3, 1, 2, 1, 64}, std::tuple{16, 1000, 8, 8, 96}}) {
+    const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+    auto q = random_vec(size_t(n * qw), 1, -1.f, 1.f);
+    auto k = random_vec(size_t((rows + 5) * kw), 2, -1.f, 1.f);  // rows past `rows` must be ignored
+    auto v = random_vec(size_t((rows + 5) * kw), 3, -1.f, 1.f);
+    std::vector<float> ref(size_t(n * qw));
+    cpu::attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 5, kw),
+                        Tensor::f32(v.data(), rows + 5, kw), rows, nq, nkv, hd, Tensor::f32(ref.data(), n, qw));
+    auto dq = to_device(*be, q), dk = to_device(*be, k), dv = to_device(*be, v);
+    auto dout = poisoned_device(*be, ref.size());
+    be->attention_full(Tensor::f32(dq.p(), n, qw), Tensor::f32(dk.p(), rows + 5, kw), Tensor::f32(dv.p(), rows + 5, kw),
+                       rows, nq, nkv, hd, Tensor::f32(dout.p(), n, qw));
+    const auto got = to_host(*be, dout);
+    record(("attention_full " + std::to_string(n) + "×" + std::to_string(rows)).c_str(), max_rel_err(got, ref), 1e-5);
+    // The last row alone gives the bits it has among n.
+    auto d1 = poisoned_device(*be, size_t(qw));
+    be->attention_full(Tensor::f32(dq.p() + (n - 1) * qw, 1, qw), Tensor::f32(dk.p(), rows + 5, kw),
+                       Tensor::f32(dv.p(), rows + 5, kw), rows, nq, nkv, hd, Tensor::f32(d1.p(), 1, qw));
+    EXPECT_TRUE(same_bits(to_host(*be, d1), std::vector<float>(got.end() - qw, got.end())));
+  }
+}
+
+TEST_F(CudaDrafterOps, SiluMulAndScaleSoftcapMatchCpu) {
+  for (int64_t cols : {7, 256, 6144}) {
+    const int64_t rows = 9;
+    auto g = random_vec(size_t(rows * cols), 4, -6.f, 6.f), u = random_vec(size_t(rows * cols), 5, -2.f, 2.f);
+    std::vector<float> ref(g.size());
+    cpu::silu_mul(Tensor::f32(g.data(), rows, cols), Tensor::f32(u.data(), rows, cols), Tensor::f32(ref.data(), rows, cols));
+    auto dg = to_device(*be, g), du = to_device(*be, u);
+    auto dout = poisoned_device(*be, g.size());
+    be->silu_mul(Tensor::f32(dg.p(), rows, cols), Tensor::f32(du.p(), rows, cols), Tensor::f32(dout.p(), rows, cols));
+    record("silu_mul", max_rel_err(to_host(*be, dout), ref), 1e-6);
+    for (float cap : {0.0f, 30.0f}) {
+      std::vector<float> r2 = g;
+      cpu::scale_softcap(Tensor::f32(r2.data(), rows, cols), 1.5f, cap);
+      auto dx = to_device(*be, g);
+      be->scale_softcap(Tensor::f32(dx.p(), rows, cols), 1.5f, cap);
+      record(cap > 0 ? "softcap" : "scale", max_rel_err(to_host(*be, dx), r2), 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaDrafterOps, TopKLogprobsMatchesCpuWithTies) {
+  for (auto [rows, vocab, k] : {std::tuple{7, 1024, 8}, std::tuple{7, 131072, 8}, std::tuple{3, 50, 1},
+                                std::tuple{2, 4096, 64}}) {
+    auto l = random_vec(size_t(rows * vocab), uint64_t(vocab), -8.f, 8.f);
+    // Ties at the top: the lower id comes first.
+    l[5] = l[17] = 20.0f;
+    l[size_t(vocab) + 3] = l[size_t(vocab) + 2] = 19.0f;
+    std::vector<int32_t> ids(size_t(rows * k));
+    std::vector<float> lp(size_t(rows * k));
+    cpu::top_k_logprobs(Tensor::f32(l.data(), rows, vocab), k, ids.data(), lp.data());
+    EXPECT_EQ(ids[0], 5);
+    if (k > 1) EXPECT_EQ(ids[1], 17);
+    auto dl = to_device(*be, l);
+    auto did = to_device(*be, std::vector<int32_t>(ids.size(), -7));
+    auto dlp = poisoned_device(*be, lp.size());
+    be->top_k_logprobs(Tensor::f32(dl.p(), rows, vocab), k, did.p(), dlp.p());
+    EXPECT_EQ(to_host(*be, did), ids) << vocab << " × top-" << k;
+    record(("top_k_logprobs " + std::to_string(vocab)).c_str(), max_rel_err(to_host(*be, dlp), lp), 1e-5);
+  }
+}
+
+TEST_F(CudaDrafterOps, BadArgumentsAreOneLineErrors) {
+  auto d = poisoned_device(*be, 64);
+  EXPECT_THROW(be->rope(Tensor::f32(d.p(), 2, 32), 2, 15, 0, 1e4), Error);
+  EXPECT_THROW(be->attention_full(Tensor::f32(d.p(), 1, 32), Tensor::f32(d.p(), 1, 16), Tensor::f32(d.p(), 1, 16), 2,
+                                  2, 1, 16, Tensor::f32(d.p(), 1, 32)),
+               Error);
+  EXPECT_THROW(be->top_k_logprobs(Tensor::f32(d.p(), 1, 64), 65, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tandem::test

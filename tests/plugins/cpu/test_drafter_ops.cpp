@@ -1,0 +1,102 @@
+// The drafter ops of the CPU backend (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs)
+// against float64 references and cases with known answers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plugins/cpu/cpu_backend.h"
+#include "tandem/error.h"
+#include "test_util.h"
+
+namespace tandem::test {
+namespace {
+
+TEST(CpuDrafterOps, RopeTurnsEachPairByItsAngle) {
+  cpu::CpuBackend be;
+  const int heads = 3, hd = 8;
+  const int64_t rows = 5, pos0 = 40;
+  auto x = random_vec(size_t(rows * heads * hd), 1, -2.f, 2.f);
+  std::vector<float> y = x;
+  be.rope(Tensor::f32(y.data(), rows, heads * hd), heads, hd, pos0, 1e4);
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int j = 0; j < hd / 2; ++j) {
+        const double a = double(pos0 + r) * std::pow(1e4, -2.0 * j / hd);
+        const size_t i = size_t((r * heads + h) * hd + j), k = i + hd / 2;
+        worst = std::max(worst, std::abs(y[i] - (x[i] * std::cos(a) - x[k] * std::sin(a))));
+        worst = std::max(worst, std::abs(y[k] - (x[k] * std::cos(a) + x[i] * std::sin(a))));
+      }
+  EXPECT_LT(worst, 1e-5);
+  // Position 0 leaves a row as it is.
+  std::vector<float> z = x;
+  be.rope(Tensor::f32(z.data(), 1, heads * hd), heads, hd, 0, 1e4);
+  for (int i = 0; i < heads * hd; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)]);
+  EXPECT_THROW(be.rope(Tensor::f32(z.data(), 1, heads * hd), heads * 2, hd / 2 + 1, 0, 1e4), Error);
+}
+
+TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
+  cpu::CpuBackend be;
+  const int nq = 4, nkv = 2, hd = 8;
+  const int64_t n = 3, rows = 6, qw = nq * hd, kw = nkv * hd;
+  auto q = random_vec(size_t(n * qw), 2), k = random_vec(size_t((rows + 2) * kw), 3), v = random_vec(size_t((rows + 2) * kw), 4);
+  std::vector<float> out(size_t(n * qw), NAN);
+  be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw), Tensor::f32(v.data(), rows + 2, kw),
+                    rows, nq, nkv, hd, Tensor::f32(out.data(), n, qw));
+  double worst = 0;
+  for (int64_t r = 0; r < n; ++r)
+    for (int h = 0; h < nq; ++h) {
+      const int g = h / (nq / nkv);
+      std::vector<double> p(static_cast<size_t>(rows));
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < rows; ++j) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += double(q[size_t(r * qw + h * hd + e)]) * k[size_t(j * kw + g * hd + e)];
+        p[size_t(j)] = d / std::sqrt(double(hd));
+        mx = std::max(mx, p[size_t(j)]);
+      }
+      for (double& s : p) sum += s = std::exp(s - mx);
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < rows; ++j) o += p[size_t(j)] / sum * v[size_t(j * kw + g * hd + e)];
+        worst = std::max(worst, std::abs(o - out[size_t(r * qw + h * hd + e)]));
+      }
+    }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_THROW(be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw),
+                                 Tensor::f32(v.data(), rows + 2, kw), rows + 3, nq, nkv, hd, Tensor::f32(out.data(), n, qw)),
+               Error);
+}
+
+TEST(CpuDrafterOps, SiluMulAndScaleSoftcap) {
+  cpu::CpuBackend be;
+  std::vector<float> g = {0.f, 1.f, -2.f, 40.f}, u = {3.f, 2.f, 1.f, 0.5f}, o(4);
+  be.silu_mul(Tensor::f32(g.data(), 2, 2), Tensor::f32(u.data(), 2, 2), Tensor::f32(o.data(), 2, 2));
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(o[size_t(i)], g[size_t(i)] / (1.0 + std::exp(-g[size_t(i)])) * u[size_t(i)], 1e-6);
+  std::vector<float> x = {1.f, -100.f};
+  be.scale_softcap(Tensor::f32(x.data(), 1, 2), 2.0f, 0.0f);
+  EXPECT_EQ(x, (std::vector<float>{2.f, -200.f}));
+  be.scale_softcap(Tensor::f32(x.data(), 1, 2), 1.0f, 30.0f);
+  EXPECT_NEAR(x[0], 30.0 * std::tanh(2.0 / 30.0), 1e-5);
+  EXPECT_NEAR(x[1], -30.0 * std::tanh(200.0 / 30.0), 1e-4);
+}
+
+TEST(CpuDrafterOps, TopKLogprobsIsDescendingWithTheLowerIdFirstOnTies) {
+  cpu::CpuBackend be;
+  std::vector<float> l = {1.f, 3.f, 2.f, 3.f, -1.f, /* row 1 */ 0.f, 0.f, 0.f, 5.f, 0.f};
+  std::vector<int32_t> ids(6);
+  std::vector<float> lp(6);
+  be.top_k_logprobs(Tensor::f32(l.data(), 2, 5), 3, ids.data(), lp.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 2, 3, 0, 1}));
+  for (int r = 0; r < 2; ++r) {
+    double lse = 0;
+    for (int i = 0; i < 5; ++i) lse += std::exp(double(l[size_t(r * 5 + i)]));
+    lse = std::log(lse);
+    for (int j = 0; j < 3; ++j)
+      EXPECT_NEAR(lp[size_t(r * 3 + j)], l[size_t(r * 5 + ids[size_t(r * 3 + j)])] - lse, 1e-6);
+  }
+  EXPECT_THROW(be.top_k_logprobs(Tensor::f32(l.data(), 2, 5), 6, ids.data(), lp.data()), Error);
+}
+
+}  // namespace
+}  // namespace tandem::test
