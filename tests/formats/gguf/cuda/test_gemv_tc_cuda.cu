@@ -1,7 +1,8 @@
-// The tensor-core NVFP4 GEMV prototype (formats/gguf/gemv_tc_cuda.cuh) against the CPU dequantizer
-// and a float64 dot product, on fresh random NVFP4 weights with poisoned outputs: n = 1, 2, 3, 8, 9,
-// 16 and 40 (three slabs), Bolt's in_proj [18560, 4096] and out_proj [4096, 8192], a ragged m with a
-// k that ends inside a slice; every row bit-identical to the same row computed alone.
+// The tensor-core NVFP4 and Q8_0 GEMV (formats/gguf/gemv_tc_cuda.cuh) against the CPU dequantizer
+// and a float64 dot product, on fresh random weights with poisoned outputs: n = 1, 2, 3, 8, 9, 16 and
+// 40 (three slabs), ragged m (not a multiple of 16) with k that ends inside a slice, and Bolt's
+// in_proj [18560, 4096] and out_proj [4096, 8192] (NVFP4) or attention-sized shapes (Q8_0); every row
+// bit-identical to the same row computed alone, and the workspace counters left zero.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,18 +27,27 @@ struct DevMem {
   }
 };
 
-TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
+struct Case {
+  int64_t m, k;
+  float scale;
+};
+
+class GemvTcCuda : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
   TANDEM_SKIP_WITHOUT_CUDA();
   using namespace kcuda;
-  const QuantType& qt = *find_type("NVFP4");
-  struct Case {
-    int64_t m, k;
-    float scale;
-  };
-  uint64_t seed = 4242;
-  for (Case c : {Case{100, 1216, 0.37f}, Case{37, 64, 1.0f}, Case{18560, 4096, 1.0f}, Case{4096, 8192, 2.5f}}) {
-    SCOPED_TRACE("[" + std::to_string(c.m) + ", " + std::to_string(c.k) + "]");
-    const std::vector<uint8_t> bytes = random_weight("NVFP4", c.m, c.k, seed++);
+  const std::string type = GetParam();
+  const QuantType& qt = *find_type(type);
+  const TcType tt = *tc_type_of(type);
+  const std::vector<Case> cases =
+      tt == TcType::NVFP4
+          ? std::vector<Case>{{100, 1216, 0.37f}, {37, 64, 1.0f}, {18560, 4096, 1.0f}, {4096, 8192, 2.5f}}
+          : std::vector<Case>{{100, 1248, 0.37f}, {37, 32, 1.0f}, {1, 2080, 1.0f}, {4096, 4096, 1.0f}, {12, 17408, 2.5f}};
+  uint64_t seed = 4242 + uint64_t(tt);
+  for (Case c : cases) {
+    SCOPED_TRACE(type + " [" + std::to_string(c.m) + ", " + std::to_string(c.k) + "]");
+    const std::vector<uint8_t> bytes = random_weight(type, c.m, c.k, seed++);
     const int64_t rb = row_bytes(qt, c.k);
     std::vector<float> w(size_t(c.m * c.k));
     for (int64_t r = 0; r < c.m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * c.k, c.k);
@@ -53,17 +63,20 @@ TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
         for (int64_t j = 0; j < c.k; ++j) s += double(xr[j]) * wr[j], a += std::abs(double(xr[j]) * wr[j]);
         want[size_t(r * c.m + o)] = s * c.scale, mag[size_t(r * c.m + o)] = a * std::abs(c.scale);
       }
-    const TcShape s = tc_shape(c.m, c.k);
-    const std::vector<uint8_t> rp = repack_nvfp4_tc(bytes.data(), c.m, c.k, "w");
-    DevMem dw(rp.size()), dx(x.size() * 4), dws(s.workspace_bytes()), dy(size_t((N + 1) * c.m) * 4);
+    const TcShape s = tc_shape(tt, c.m, c.k);
+    const std::vector<uint8_t> rp = repack_tc(tt, bytes.data(), c.m, c.k, "w");
+    DevMem dw(rp.size()), dx(x.size() * 4), dws(s.workspace_bytes()), dcnt(s.counters() * 4),
+        dy(size_t((N + 1) * c.m) * 4);
     ok(cudaMemcpy(dw.p, rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload w");
     ok(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload x");
-    ok(cudaMemset(dws.p, 0, s.workspace_bytes()), "zero workspace");
+    ok(cudaMemset(dws.p, 0xFF, s.workspace_bytes()), "poison workspace");  // any contents
+    ok(cudaMemset(dcnt.p, 0, s.counters() * 4), "zero counters");
     // One launch of n rows starting at row r0, the output poisoned first (one row more than written).
     auto run = [&](int64_t r0, int64_t n) {
       std::vector<float> y(size_t((n + 1) * c.m), NAN);
       cudaMemcpy(dy.p, y.data(), y.size() * 4, cudaMemcpyHostToDevice);
-      launch_gemv_tc(dw.as<uint8_t>(), s, dx.as<float>() + r0 * c.k, dy.as<float>(), n, c.scale, 0, dws.p, 0);
+      launch_gemv_tc(dw.as<uint8_t>(), s, dx.as<float>() + r0 * c.k, dy.as<float>(), n, c.scale, 0, dws.as<float>(),
+                     dcnt.as<unsigned>(), 0);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost);
       for (int64_t i = n * c.m; i < (n + 1) * c.m; ++i)
@@ -93,12 +106,27 @@ TEST(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
       EXPECT_LE(worst, 3e-5) << "n " << n;
       EXPECT_EQ(unequal, 0) << "n " << n << ": rows differ from the same rows alone";
     }
+    // Activations that start off 16-byte alignment (scalar loads) give the same bits.
+    {
+      DevMem dx2((size_t(3 * c.k) + 1) * 4);
+      ok(cudaMemcpy(dx2.as<float>() + 1, x.data(), size_t(3 * c.k) * 4, cudaMemcpyHostToDevice), "upload x");
+      std::vector<float> y(size_t(3 * c.m), NAN);
+      cudaMemcpy(dy.p, y.data(), y.size() * 4, cudaMemcpyHostToDevice);
+      launch_gemv_tc(dw.as<uint8_t>(), s, dx2.as<float>() + 1, dy.as<float>(), 3, c.scale, 0, dws.as<float>(),
+                     dcnt.as<unsigned>(), 0);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost);
+      EXPECT_EQ(std::memcmp(y.data(), single.data(), y.size() * 4), 0) << "unaligned x";
+    }
     // The workspace counters are left zero (the next launch relies on it).
-    std::vector<unsigned> cnt(size_t(s.tiles));
-    cudaMemcpy(cnt.data(), dws.p, cnt.size() * 4, cudaMemcpyDeviceToHost);
+    std::vector<unsigned> cnt(s.counters());
+    cudaMemcpy(cnt.data(), dcnt.p, cnt.size() * 4, cudaMemcpyDeviceToHost);
     EXPECT_EQ(std::count(cnt.begin(), cnt.end(), 0u), int64_t(cnt.size()));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvTcCuda, ::testing::Values("NVFP4", "Q8_0"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 }  // namespace
 }  // namespace tandem::gguf::test
