@@ -278,7 +278,7 @@ __device__ __forceinline__ void tc_zero(float (&a)[NT][4]) {
 struct TcNvfp4W {
   static constexpr int kLoads = 2, kDepth = 4;  // 1152 bytes a stage
   static constexpr float kCode = 16384.0f;      // codes are e·2^−14
-  __device__ static const uint8_t* at(const uint8_t* nib, int64_t t, int64_t steps, int64_t oct, int lane, int i) {
+  TANDEM_HD static const uint8_t* at(const uint8_t* nib, int64_t t, int64_t steps, int64_t oct, int lane, int i) {
     return nib + ((t * (steps / 4) + 2 * oct) * 32 + lane) * 16 + 512 * i;
   }
   template <int NT, class B>
@@ -308,7 +308,7 @@ struct TcNvfp4W {
 struct TcQ8W {
   static constexpr int kLoads = 4, kDepth = 2;  // 2304 bytes a stage
   static constexpr float kCode = 1.0f;
-  __device__ static const uint8_t* at(const uint8_t* nib, int64_t t, int64_t steps, int64_t oct, int lane, int i) {
+  TANDEM_HD static const uint8_t* at(const uint8_t* nib, int64_t t, int64_t steps, int64_t oct, int lane, int i) {
     return nib + ((t * (steps / 2) + 4 * oct + i) * 32 + lane) * 16;
   }
   template <int NT, class B>

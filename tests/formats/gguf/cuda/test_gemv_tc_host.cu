@@ -33,7 +33,8 @@ TEST(GemvTcRepack, FragmentsDecodeToTheCpuWeights) {
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2, q = lane & 3;
           uint32_t v;
-          std::memcpy(&v, rp.data() + ((t * (s.steps / 4) + st / 4) * 32 + lane) * 16 + 4 * (st % 4), 4);
+          // Read where the kernel loads it: load st % 8 / 4 of the group, word st % 4 of it.
+          std::memcpy(&v, TcNvfp4W::at(rp.data(), t, s.steps, st / 8, lane, int(st % 8 / 4)) + 4 * (st % 4), 4);
           uint32_t a[4];
           tc_unpack(v, a);
           const uint8_t* rec = sc + ((t * (s.steps / 8) + st / 8) * 8 + g) * 16 + 2 * (st % 8);
@@ -77,7 +78,8 @@ TEST(GemvTcRepack, Q8FragmentsDecodeToTheCpuWeights) {
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2;
           uint32_t v[2];
-          std::memcpy(v, rp.data() + ((t * (s.steps / 2) + st / 2) * 32 + lane) * 16 + 8 * (st % 2), 8);
+          // Read where the kernel loads it: load st % 8 / 2 of the group, the step's half of it.
+          std::memcpy(v, TcQ8W::at(rp.data(), t, s.steps, st / 8, lane, int(st % 8 / 2)) + 8 * (st % 2), 8);
           uint32_t a[4];
           tc_unpack_q8(v[0], v[1], a);
           // The record of st's group, then the block's half2 (d_g, d_g+8).
