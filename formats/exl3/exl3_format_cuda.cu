@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "tandem/cuda/util.cuh"
 #include "formats/exl3/matmul_cuda.cuh"
 #include "formats/exl3/trellis.h"
+#include "tandem/cuda/lane_arena.cuh"
 #include "tandem/cuda/stream_scratch.cuh"
 #include "tandem/error.h"
 
@@ -27,70 +27,9 @@ class Scratch : public cuda::StreamScratch {
   Scratch(size_t bytes, size_t counters) : StreamScratch(bytes, counters, "exl3: allocate scratch") {}
 };
 
-// Scratch shared by every EXL3 tensor of the process for the decode GEMV and small gathers: one
-// workspace and one zeroed counter buffer per lane, reused by every call on that lane (calls on one
-// lane are serialized on its stream, and the kernels leave the counters zero; calls on two lanes may
-// run at once, so each lane has its own: Backend::fork), so a call allocates nothing and a CUDA
-// graph sees fixed addresses. Tensors reserve their need at load, on every lane; a call that needs
-// more outside a capture grows its lane's arena, and the replaced buffers are kept (never freed), so
-// graphs captured before still point at live memory. Device 0, as the CUDA backend.
-class Arena {
- public:
-  static Arena& get() { return of(cuda::lane()); }
-  // Grows every lane's arena (at load).
-  static void reserve_all(size_t bytes, size_t counters, cudaStream_t s) {
-    for (int i = 0; i < kMaxLanes; ++i) of(i).reserve(bytes, counters, s);
-  }
-  static Arena& of(int lane) {
-    static Arena* a[kMaxLanes] = {};  // never destroyed: graphs may outlive every tensor
-    static std::mutex mu;
-    check(lane >= 0 && lane < kMaxLanes, "exl3: lane ", lane, " outside [0, ", kMaxLanes, ")");
-    std::lock_guard<std::mutex> lock(mu);
-    if (!a[lane]) a[lane] = new Arena;
-    return *a[lane];
-  }
-  // Grows (on `s`, which must not be capturing) to at least the sizes.
-  void reserve(size_t bytes, size_t counters, cudaStream_t s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    grow(bytes, counters, s);
-  }
-  // The buffers for one call, grown when needed and allowed; false when a capture would need growth.
-  bool lease(size_t bytes, size_t counters, cudaStream_t s, void** ws, unsigned** ctr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (bytes > ws_bytes_ || counters > n_counters_) {
-      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-      check_cuda(cudaStreamIsCapturing(s, &st), "exl3: capture status");
-      if (st != cudaStreamCaptureStatusNone) return false;
-      grow(bytes, counters, s);
-    }
-    *ws = ws_, *ctr = counters_;
-    return true;
-  }
-
- private:
-  static size_t round_up(size_t b) {
-    size_t r = size_t(1) << 20;
-    while (r < b) r *= 2;
-    return r;
-  }
-  void grow(size_t bytes, size_t counters, cudaStream_t s) {
-    if (bytes > ws_bytes_) {
-      ws_bytes_ = round_up(bytes);
-      check_cuda(cudaMalloc(&ws_, ws_bytes_), "exl3: allocate scratch arena");
-    }
-    if (counters > n_counters_) {
-      n_counters_ = round_up(counters * sizeof(unsigned)) / sizeof(unsigned);
-      check_cuda(cudaMalloc(reinterpret_cast<void**>(&counters_), n_counters_ * sizeof(unsigned)),
-                 "exl3: allocate counter arena");
-      check_cuda(cudaMemsetAsync(counters_, 0, n_counters_ * sizeof(unsigned), s), "exl3: zero counters");
-    }
-  }
-  std::mutex mu_;
-  void* ws_ = nullptr;
-  size_t ws_bytes_ = 0;
-  unsigned* counters_ = nullptr;
-  size_t n_counters_ = 0;
-};
+// Scratch shared by every EXL3 tensor of the process for the decode GEMV and small gathers
+// (tandem/cuda/lane_arena.cuh): one per lane, reserved at load.
+using Arena = cuda::LaneArena;
 
 constexpr int64_t kArenaGatherRows = 256;  // gathers up to this many rows run in the arena
 

@@ -1,17 +1,21 @@
 // GgufCudaTensor and GgufCudaExperts: glue from the weight interfaces to the per-type CUDA kernels
-// (quant_cuda.cuh) and, for the dense types, to the safetensors dense kernels. The CUDA twin of
+// (quant_cuda.cuh), for dense NVFP4 and Q8_0 matrices also the tensor-core decode/verify GEMV
+// (gemv_tc_cuda.cuh), and for the dense types the safetensors dense kernels. The CUDA twin of
 // gguf_format.cpp; validation is the CPU GgufTensor's, so both devices accept and reject the same
 // tensors with the same messages.
 #include "gguf_format_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "tandem/cuda/util.cuh"
 #include "tandem/cuda/dense.cuh"
+#include "tandem/cuda/lane_arena.cuh"
 #include "tandem/cuda/stream_scratch.cuh"
+#include "gemv_tc_cuda.cuh"
 #include "gguf_format.h"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
@@ -107,6 +111,15 @@ void launch_scale(float* y, int64_t n, float s) {
   check_launch("gguf scale");
 }
 
+// Passes of 1..16 rows (decode, verify) of a dense NVFP4 or Q8_0 matrix run on the tensor-core GEMV
+// (gemv_tc_cuda.cuh), from a repacked copy kept beside the file's blocks (prefill GEMM, get_rows and
+// dequantize read those); TANDEM_GGUF_TC=0 keeps no copy and runs today's fp32 GEMV. Read per tensor
+// at load: every pass of one tensor takes one path, so a row's bits never depend on n.
+bool tc_enabled() {
+  const char* e = std::getenv("TANDEM_GGUF_TC");
+  return !(e && std::string(e) == "0");
+}
+
 void check_f32_rows(const char* op, const std::string& name, const Tensor& t, int64_t rows, int64_t cols) {
   if (t.dtype != DType::F32 || t.rows != rows || t.cols != cols)
     fail(op, ": tensor '", name, "': ", dtype_name(t.dtype), " [", t.rows, ", ", t.cols, "], expected f32 [", rows,
@@ -132,6 +145,15 @@ class GgufCudaTensor final : public QuantizedTensor {
     nbytes_ = raw.nbytes;
     data_ = upload_parts(be, {{raw.data, raw.nbytes}});
     grid_ = upload_grid(be, type.name);
+    const kcuda::TcType* tc = kcuda::tc_type_of(type.name);
+    if (tc && shape_.size() == 2 && tc_enabled()) {
+      tc_shape_ = kcuda::tc_shape(*tc, n_rows_, row_len_);
+      const std::vector<uint8_t> packed = kcuda::repack_tc(*tc, raw.data, n_rows_, row_len_, raw.name);
+      tc_ = upload_parts(be, {{packed.data(), packed.size()}});
+      tc_plan_ = kcuda::tc_plan(tc_shape_);
+      cuda::LaneArena::reserve_all(tc_shape_.workspace_bytes(), tc_shape_.counters(), cuda::stream());
+      check_cuda(cudaStreamSynchronize(cuda::stream()), "gguf (cuda): upload tc copy");  // `packed` dies here
+    }
   }
 
   std::string type_name() const override { return type_.name; }
@@ -209,7 +231,26 @@ class GgufCudaTensor final : public QuantizedTensor {
     a.scale = scale_;
     a.grid = grid_ ? grid_->data() : nullptr;
     if (a.n >= kCudaGemmMinRows && kernels_.ops->gemm) return run_gemm(*kernels_.ops, a);
+    if (tc_) return tc_matmul(a);
     kernels_.ops->matmul(a, cuda::stream());
+  }
+
+  // The tensor-core GEMV on the repacked copy, its workspace from the lane's arena (reserved at load,
+  // so a captured pass allocates nothing), or for one call from the stream's pool.
+  void tc_matmul(const CudaMatmulArgs& a) const {
+    const size_t bytes = tc_shape_.workspace_bytes(), counters = tc_shape_.counters();
+    const cudaStream_t s = cuda::stream();
+    const auto* w = static_cast<const uint8_t*>(tc_->data());
+    void* ws = nullptr;
+    unsigned* ctr = nullptr;
+    if (cuda::LaneArena::get().lease(bytes, counters, s, &ws, &ctr)) {
+      kcuda::launch_gemv_tc(w, tc_shape_, a.x, a.y, a.n, a.scale, a.epilogue, static_cast<float*>(ws), ctr, s,
+                            &tc_plan_);
+      return;
+    }
+    cuda::StreamScratch scratch(bytes, counters, "gguf (cuda): allocate tc gemv scratch");
+    kcuda::launch_gemv_tc(w, tc_shape_, a.x, a.y, a.n, a.scale, a.epilogue, static_cast<float*>(scratch.get()),
+                          scratch.counters(), s, &tc_plan_);
   }
 
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_->data()); }
@@ -230,8 +271,12 @@ class GgufCudaTensor final : public QuantizedTensor {
   size_t nbytes_ = 0;
   float scale_ = 1.0f;
   std::unique_ptr<Buffer> data_, grid_;
+  std::unique_ptr<Buffer> tc_;  // the repacked copy (null: none)
+  kcuda::TcShape tc_shape_;
+  kcuda::TcPlan tc_plan_;
 };
 
+// Expert sets (MoE routed experts) keep the fp32 gather for every n: no repacked copy.
 class GgufCudaExperts final : public ExpertSet {
  public:
   GgufCudaExperts(const std::vector<const RawTensor*>& experts, const std::vector<const RawTensor*>& scales,

@@ -4,15 +4,15 @@
 // the verify/gather shapes, then the prefill GEMMs (--prefill: those alone). A benchmark, not a test:
 // run it on the GPU machine. Weights rotate over enough copies to exceed the L2 several times; each
 // time is the median of 7 runs of CUDA-graph replays (launch gaps excluded) and, beside it, of plain
-// stream launches. --tc: the tensor-core NVFP4 GEMV prototype (formats/gguf/gemv_tc_cuda.cuh) beside
-// the fp32 and mma GEMVs on the same weights, then the IQ2_XXS one (gemv_tc_iq2_cuda.cuh) and its
-// grouped MoE gather beside the fp32 gather.
+// stream launches. --tc: the tensor-core NVFP4 and Q8_0 GEMV (formats/gguf/gemv_tc_cuda.cuh, the
+// format's default for 1..16 rows) beside the fp32 and mma GEMVs on the same weights, then the IQ2_XXS
+// prototype (gemv_tc_iq2_cuda.cuh) and its grouped MoE gather beside the fp32 gather.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <random>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -164,86 +164,95 @@ void bench_prefill(cuda::CudaBackend& be) {
   }
 }
 
-// The tensor-core NVFP4 GEMV prototype against the default fp32 GEMV and the opt-in mma GEMV, called
-// directly on the same random weights (the same copies rotated past the L2), n = 1 .. 16. The
-// prototype's bytes are its repack (equal to the file's for these shapes). Its outputs are compared
-// with the fp32 GEMV's at the end of each row (max |Δ| over max |y|).
-void bench_tc(const Ceilings& c) {
-  std::printf("-- NVFP4 decode GEMV: fp32 (default) | mma (TANDEM_GGUF_MMA) | tc prototype (gemv_tc_cuda.cuh) --\n");
+// The tensor-core GEMV (gemv_tc_cuda.cuh; what the format runs for 1..16 rows of dense NVFP4 and
+// Q8_0) against the fp32 GEMV (TANDEM_GGUF_TC=0) and the opt-in mma GEMV, called directly on the same
+// random weights (the same copies rotated past the L2), n = 1 .. 16. The tc bytes are its repack.
+// Its outputs are compared with the fp32 GEMV's at the end of each row (max |Δ| over max |y|).
+template <class Dec>
+void bench_tc_shape(const Ceilings& c, const char* type, int64_t m, int64_t k) {
   const cudaStream_t s = cudaStreamPerThread;
-  const int64_t shapes[2][2] = {{18560, 4096}, {4096, 8192}};
-  for (const auto& sh : shapes) {
-    const int64_t m = sh[0], k = sh[1];
-    const std::vector<uint8_t> blocks = gt::random_weight("NVFP4", m, k, 77);
-    const std::vector<uint8_t> rp = kcuda::repack_nvfp4_tc(blocks.data(), m, k, "bench");
-    const kcuda::TcShape ts = kcuda::tc_shape(m, k);
-    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
-    std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
-    for (int i = 0; i < copies; ++i) {
-      ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
-      ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
-      ck(cudaMalloc(&tc[size_t(i)], rp.size()), "malloc");
-      ck(cudaMemcpy(tc[size_t(i)], rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload");
-    }
-    void *ws, *x, *y0, *y1;
-    ck(cudaMalloc(&ws, ts.workspace_bytes()), "malloc");
-    ck(cudaMemset(ws, 0, ts.workspace_bytes()), "memset");
-    const std::vector<float> xv = tandem::test::random_vec(size_t(16 * k), 5, -1.f, 1.f);
-    ck(cudaMalloc(&x, xv.size() * 4), "malloc");
-    ck(cudaMemcpy(x, xv.data(), xv.size() * 4, cudaMemcpyHostToDevice), "upload");
-    ck(cudaMalloc(&y0, size_t(16 * m) * 4), "malloc");
-    ck(cudaMalloc(&y1, size_t(16 * m) * 4), "malloc");
-    const int calls = std::max(copies, 20);
-    for (int64_t n : {1, 2, 4, 8, 16}) {
-      CudaMatmulArgs a;
-      a.m = m, a.k = k, a.row_bytes = k / 64 * 36, a.n = n;
-      a.x = static_cast<const float*>(x), a.y = static_cast<float*>(y0);
-      auto fp32 = [&](int i) {
-        a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
-        kcuda::matmul_impl<kcuda::DecNVFP4>(a, s);
-      };
-      auto mma = [&](int i) {
-        a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
-        kcuda::launch_mma_gemv<kcuda::DecNVFP4>(a, s);
-      };
-      auto tcg = [&](int i) {
-        kcuda::launch_gemv_tc(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, static_cast<const float*>(x),
-                              static_cast<float*>(y1), n, 1.0f, 0, ws, s);
-      };
-      const double t0 = time_graph(fp32, calls), t1 = time_graph(mma, calls), t2 = time_graph(tcg, calls);
-      std::vector<float> r0(size_t(n * m)), r1(size_t(n * m));
-      fp32(0), tcg(0);
-      ck(cudaStreamSynchronize(s), "sync");
-      ck(cudaMemcpy(r0.data(), y0, r0.size() * 4, cudaMemcpyDeviceToHost), "download");
-      ck(cudaMemcpy(r1.data(), y1, r1.size() * 4, cudaMemcpyDeviceToHost), "download");
-      double dmax = 0, ymax = 0;
-      for (size_t i = 0; i < r0.size(); ++i) {
-        dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
-        ymax = std::max(ymax, std::abs(double(r0[i])));
-      }
-      const double gb = double(blocks.size()) / 1e9, gbt = double(ts.bytes()) / 1e9;
-      std::printf("NVFP4 [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | "
-                  "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
-                  (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3, gb / (t1 * 1e-3),
-                  t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, dmax / ymax);
-    }
-    // The prototype's one tuning knob: tiles per warp (0 = its occupancy-based choice).
-    for (int64_t n : {1, 16})
-      for (int tpw : {0, 1, 2, 3, 4, 6}) {
-        auto tcg = [&](int i) {
-          kcuda::launch_gemv_tc(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, static_cast<const float*>(x),
-                                static_cast<float*>(y1), n, 1.0f, 0, ws, s, tpw);
-        };
-        const double t = time_graph(tcg, calls);
-        std::printf("  tc n=%-2lld tiles_per_warp %d%s: %7.2f us %5.0f GB/s\n", (long long)n,
-                    tpw ? tpw : kcuda::tc_tiles_per_warp(ts, n > 8 ? 2 : 1), tpw ? "" : " (auto)", t * 1e3,
-                    double(ts.bytes()) / 1e9 / (t * 1e-3));
-      }
-    for (int i = 0; i < copies; ++i) cudaFree(raw[size_t(i)]), cudaFree(tc[size_t(i)]);
-    cudaFree(ws), cudaFree(x), cudaFree(y0), cudaFree(y1);
+  const kcuda::TcType tt = *kcuda::tc_type_of(type);
+  const std::vector<uint8_t> blocks = gt::random_weight(type, m, k, 77);
+  const std::vector<uint8_t> rp = kcuda::repack_tc(tt, blocks.data(), m, k, "bench");
+  const kcuda::TcShape ts = kcuda::tc_shape(tt, m, k);
+  const kcuda::TcPlan plan = kcuda::tc_plan(ts);
+  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
+  std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
+  for (int i = 0; i < copies; ++i) {
+    ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
+    ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
+    ck(cudaMalloc(&tc[size_t(i)], rp.size()), "malloc");
+    ck(cudaMemcpy(tc[size_t(i)], rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload");
   }
+  void *ws, *cnt, *x, *y0, *y1;
+  ck(cudaMalloc(&ws, ts.workspace_bytes()), "malloc");
+  ck(cudaMalloc(&cnt, ts.counters() * 4), "malloc");
+  ck(cudaMemset(cnt, 0, ts.counters() * 4), "memset");
+  const std::vector<float> xv = tandem::test::random_vec(size_t(16 * k), 5, -1.f, 1.f);
+  ck(cudaMalloc(&x, xv.size() * 4), "malloc");
+  ck(cudaMemcpy(x, xv.data(), xv.size() * 4, cudaMemcpyHostToDevice), "upload");
+  ck(cudaMalloc(&y0, size_t(16 * m) * 4), "malloc");
+  ck(cudaMalloc(&y1, size_t(16 * m) * 4), "malloc");
+  const int calls = std::max(copies, 20);
+  auto tc_run = [&](int i, int64_t n, const kcuda::TcPlan& pl) {
+    kcuda::launch_gemv_tc(static_cast<const uint8_t*>(tc[size_t(i % copies)]), ts, static_cast<const float*>(x),
+                          static_cast<float*>(y1), n, 1.0f, 0, static_cast<float*>(ws), static_cast<unsigned*>(cnt), s,
+                          &pl);
+  };
+  for (int64_t n : {1, 2, 4, 8, 16}) {
+    CudaMatmulArgs a;
+    a.m = m, a.k = k, a.row_bytes = row_bytes(*find_type(type), k), a.n = n;
+    a.x = static_cast<const float*>(x), a.y = static_cast<float*>(y0);
+    auto fp32 = [&](int i) {
+      a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
+      kcuda::matmul_impl<Dec>(a, s);
+    };
+    auto mma = [&](int i) {
+      a.w = static_cast<const uint8_t*>(raw[size_t(i % copies)]);
+      kcuda::launch_mma_gemv<Dec>(a, s);
+    };
+    auto tcg = [&](int i) { tc_run(i, n, plan); };
+    const double t0 = time_graph(fp32, calls), t1 = time_graph(mma, calls), t2 = time_graph(tcg, calls);
+    std::vector<float> r0(size_t(n * m)), r1(size_t(n * m));
+    fp32(0), tcg(0);
+    ck(cudaStreamSynchronize(s), "sync");
+    ck(cudaMemcpy(r0.data(), y0, r0.size() * 4, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemcpy(r1.data(), y1, r1.size() * 4, cudaMemcpyDeviceToHost), "download");
+    double dmax = 0, ymax = 0;
+    for (size_t i = 0; i < r0.size(); ++i) {
+      dmax = std::max(dmax, std::isnan(r1[i]) ? INFINITY : std::abs(double(r1[i]) - r0[i]));
+      ymax = std::max(ymax, std::abs(double(r0[i])));
+    }
+    const double gb = double(blocks.size()) / 1e9, gbt = double(ts.bytes()) / 1e9;
+    std::printf("%s [%lld, %lld] n=%-2lld  fp32 %7.2f us %5.0f GB/s | mma %7.2f us %5.0f GB/s | "
+                "tc %7.2f us %5.0f GB/s (%4.1f%% of copy)  tc vs fp32 %.1e\n",
+                type, (long long)m, (long long)k, (long long)n, t0 * 1e3, gb / (t0 * 1e-3), t1 * 1e3,
+                gb / (t1 * 1e-3), t2 * 1e3, gbt / (t2 * 1e-3), 100 * gbt / (t2 * 1e-3) / c.copy_gbs, dmax / ymax);
+  }
+  // The one tuning knob: tiles per warp (the plan's occupancy-based choice first).
+  for (int64_t n : {1, 16})
+    for (int tpw : {0, 1, 2, 3, 4, 6}) {
+      kcuda::TcPlan pl = plan;
+      if (tpw) pl.tiles_per_warp[0] = pl.tiles_per_warp[1] = tpw;
+      const double t = time_graph([&](int i) { tc_run(i, n, pl); }, calls);
+      std::printf("  tc n=%-2lld tiles_per_warp %d%s: %7.2f us %5.0f GB/s\n", (long long)n,
+                  pl.tiles_per_warp[n > 8 ? 1 : 0], tpw ? "" : " (auto)", t * 1e3, double(ts.bytes()) / 1e9 / (t * 1e-3));
+    }
+  for (int i = 0; i < copies; ++i) cudaFree(raw[size_t(i)]), cudaFree(tc[size_t(i)]);
+  cudaFree(ws), cudaFree(cnt), cudaFree(x), cudaFree(y0), cudaFree(y1);
+}
+void bench_tc(const Ceilings& c) {
+  std::printf("-- decode GEMV: fp32 (TANDEM_GGUF_TC=0) | mma (TANDEM_GGUF_MMA) | tc (the default, gemv_tc_cuda.cuh) --\n");
+  bench_tc_shape<kcuda::DecNVFP4>(c, "NVFP4", 18560, 4096);  // Bolt's Mamba in_proj
+  bench_tc_shape<kcuda::DecNVFP4>(c, "NVFP4", 4096, 8192);   // and out_proj
+  bench_tc_shape<kcuda::DecQ8_0>(c, "Q8_0", 4096, 4096);     // an attention projection's size
+  bench_tc_shape<kcuda::DecQ8_0>(c, "Q8_0", 131072, 4096);   // lm_head
 }
 
+}  // namespace
+
+// Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
+// --tc (the tensor-core NVFP4 and Q8_0 GEMV beside the fp32 and mma GEMVs).
 // max |y1 − y0| over max |y0| for n device floats each (NaN in y1: infinity), after the stream's work.
 double max_rel_diff(const void* y0, const void* y1, size_t n, cudaStream_t s) {
   std::vector<float> r0(n), r1(n);
@@ -415,6 +424,7 @@ void bench_tc_iq2(const Ceilings& c) {
 // Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
 // --tc (the tensor-core NVFP4 and IQ2_XXS GEMV prototypes beside the fp32 and mma GEMVs, and the
 // IQ2_XXS grouped gather beside the fp32 gather).
+
 int main(int argc, char** argv) {
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device\n");

@@ -28,6 +28,13 @@ bool mma_matmul(const std::string& type) {
   return e && std::string(e) == "1" && (type == "IQ2_XXS" || type == "NVFP4" || type == "Q8_0");
 }
 
+// The tensor-core decode/verify GEMV (formats/gguf/gemv_tc_cuda.cuh) serves dense matmuls of these
+// types unless TANDEM_GGUF_TC=0; gathers stay on the fp32 kernel.
+bool tc_matmul(const std::string& type) {
+  const char* e = std::getenv("TANDEM_GGUF_TC");
+  return !(e && std::string(e) == "0") && (type == "NVFP4" || type == "Q8_0");
+}
+
 using tandem::test::random_vec;
 
 const char* const kTypes[] = {"F32",     "F16",    "BF16",  "Q8_0",    "Q4_K",  "Q5_K",  "Q6_K",  "IQ4_NL",
@@ -236,12 +243,12 @@ TEST_P(GgufCuda, GatherMatmulMatchesPerExpertCpu) {
         worst = std::max(worst, dot_rel_err(got.data() + r * s.m, want.data(), xr, w, 1, s.m, s.k,
                                             scale_store[size_t(e)].value));
         // The gathered row has the bits of the expert's own matmul (block types; dense gathers use
-        // the dense GEMV, the same kernel as its n ≤ 16 matmul) — unless the opt-in tensor-core
-        // matmul (TANDEM_GGUF_MMA=1) serves this type: gathers stay on the fp32 kernel.
+        // the dense GEMV, the same kernel as its n ≤ 16 matmul) — unless a tensor-core matmul (the
+        // tc GEMV, or the opt-in TANDEM_GGUF_MMA=1) serves this type: gathers stay on the fp32 kernel.
         auto one = load_gguf_cuda(raws[size_t(e)], qt, scs[size_t(e)], *be);
         Dev dxr = upload(*be, xr), dyr = poisoned(*be, size_t(s.m));
         one->matmul(Tensor::f32(dxr.p(), 1, s.k), Tensor::f32(dyr.p(), 1, s.m));
-        if (!mma_matmul(type))
+        if (!mma_matmul(type) && !tc_matmul(type))
           EXPECT_TRUE(same_bits(download(*be, dyr).data(), got.data() + r * s.m, size_t(s.m)))
               << type << " row " << r << " expert " << e;
       }
