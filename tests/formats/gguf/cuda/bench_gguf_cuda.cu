@@ -249,10 +249,6 @@ void bench_tc(const Ceilings& c) {
   bench_tc_shape<kcuda::DecQ8_0>(c, "Q8_0", 131072, 4096);   // lm_head
 }
 
-}  // namespace
-
-// Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
-// --tc (the tensor-core NVFP4 and Q8_0 GEMV beside the fp32 and mma GEMVs).
 // max |y1 − y0| over max |y0| for n device floats each (NaN in y1: infinity), after the stream's work.
 double max_rel_diff(const void* y0, const void* y1, size_t n, cudaStream_t s) {
   std::vector<float> r0(n), r1(n);
@@ -422,8 +418,8 @@ void bench_tc_iq2(const Ceilings& c) {
 }  // namespace
 
 // Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
-// --tc (the tensor-core NVFP4 and IQ2_XXS GEMV prototypes beside the fp32 and mma GEMVs, and the
-// IQ2_XXS grouped gather beside the fp32 gather).
+// --tc (the tensor-core NVFP4 and Q8_0 GEMV beside the fp32 and mma GEMVs, then the IQ2_XXS prototype
+// and its grouped gather beside the fp32 ones).
 
 int main(int argc, char** argv) {
   if (cuda::device_count() == 0) {
