@@ -16,7 +16,8 @@ slots, which decide acceptance), and the head's cross-entropy on its start score
 along the true path, where the true token is among the top-K candidates.
 
 Deterministic on one CPU thread for fixed seeds (--seed). Needs torch only (1.13 works).
-Usage: lilicorr_fit.py --data DIR --out DIR [--steps N] [--holdout N]
+Usage: lilicorr_fit.py --data DIR --out DIR [--steps N] [--holdout N] [--stop-at RATE --eval-every N]
+(tests/fixtures/lilicorr/fitted/README.md gives the fixture's command.)
 """
 
 import argparse
