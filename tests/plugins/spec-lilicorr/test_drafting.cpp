@@ -1,7 +1,8 @@
 // The lilicorr drafter in the drafting loop on the tiny fixture target (tests/fixtures/hf/latent):
 // drafted greedy text equals plain greedy text with a random LiLiCorr checkpoint (head or backbone
 // only), alone and beside lookup through the plugin registry, and drafts really were proposed and
-// verified (their acceptance rate is printed: a random drafter accepts little). Built twice: for the
+// verified (their acceptance rate is printed: a random drafter accepts little); and a fitted
+// checkpoint (tests/fixtures/lilicorr/fitted) that must be accepted partly (20 … 80 %). Built twice: for the
 // CPU, and with TANDEM_LILICORR_DEVICE="cuda" as test_spec_lilicorr_cuda (the target on the GPU, the
 // drafter's host reference beside it; skips without a CUDA backend, fails under TANDEM_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
