@@ -251,6 +251,88 @@ TEST(LilicorrOracle, DumpInputs) {
   std::printf("wrote %s/inputs.safetensors and %s\n", dir.c_str(), path.c_str());
 }
 
+// The fitting data of tools/reference/lilicorr_fit.py (tests/fixtures/lilicorr/fitted/README.md):
+// the target's greedy continuations of many prompts unlike the drafting tests' (which are prefixes of
+// prompt_200.txt): windows of prompt_200.txt from token 24 on, and random tokens), each sequence's
+// taps, the target's embedding and LM head, and the synthesized drafter to start from. Writes
+// $TANDEM_LILICORR_FIT/{fit.safetensors,drafter/}; skips without it. TANDEM_LILICORR_FIT_SET=tests
+// writes instead the drafting tests' own runs (the fixture's set: README there).
+constexpr int kFitPrompts = 480;
+constexpr int kFitContinuation = 64;
+
+TEST(LilicorrOracle, DumpFitData) {
+  const std::string dir = env("TANDEM_LILICORR_FIT");
+  if (dir.empty()) GTEST_SKIP() << "set TANDEM_LILICORR_FIT=DIR to write lilicorr_fit.py's data";
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  auto m = load_target();
+  const std::string path = synthesize((fs::path(dir) / "drafter").string(), m->desc(), true);
+  SpeculatorContext ctx = context(*m);
+  LiliFactory f;
+  SpeculatorSettings s("", "draft.lilicorr", {{"path", path}});
+  auto sp = f.create(ctx, s);
+  const std::vector<int> layers = static_cast<LiliDrafter&>(*sp).hidden_layers();
+  const int64_t H = m->desc().hidden, V = m->desc().vocab, taps = int64_t(layers.size());
+
+  const auto text = test::read_ids(test::data_path("hf/latent/prompt_200.txt"));
+  std::vector<int32_t> all_tokens, prompt_lens, offsets{0};
+  std::vector<float> all_feats;
+  auto add = [&](std::vector<int32_t> tokens, const GenerateOptions& o) {
+    const auto cont = generate(*m, tokens, o).tokens;
+    ASSERT_EQ(cont.size(), size_t(o.max_tokens));
+    prompt_lens.push_back(int32_t(tokens.size()));
+    tokens.insert(tokens.end(), cont.begin(), cont.end());
+    const std::vector<float> feats = target_feats(*m, layers, tokens);
+    all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
+    all_feats.insert(all_feats.end(), feats.begin(), feats.end());
+    offsets.push_back(int32_t(all_tokens.size()));
+  };
+  auto window = [&](size_t at, size_t len) {
+    return std::vector<int32_t>(text.begin() + long(at), text.begin() + long(at + len));
+  };
+  if (env("TANDEM_LILICORR_FIT_SET") == "tests") {
+    // The drafting tests' own runs (test_drafting.cpp, the fitted drafter's tests): their greedy
+    // prompts, the two fitting-set windows they report, and their seeded sampled runs.
+    for (size_t n : {5, 9, 14, 23, 31}) add(window(0, n), test::run_options(kFitContinuation));
+    add(window(24, 4), test::run_options(kFitContinuation));
+    add(window(38, 6), test::run_options(kFitContinuation));
+    for (size_t n : {9, 23})
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        GenerateOptions o = test::run_options(48);
+        o.sampling.temperature = 0.5f;
+        o.sampling.seed = seed;
+        add(window(0, n), o);
+      }
+  } else {
+    Rng rng(kSeed);
+    for (int i = 0; i < kFitPrompts; ++i) {
+      const size_t len = 4 + size_t(i % 13);
+      std::vector<int32_t> tokens;
+      if (i % 2 == 0) {
+        tokens = window(24 + size_t(i * 7) % (text.size() - 24 - len), len);
+      } else {
+        for (size_t j = 0; j < len; ++j) tokens.push_back(int32_t(rng.next() % uint64_t(V)));
+      }
+      add(tokens, test::run_options(kFitContinuation));
+    }
+  }
+  const int64_t N = int64_t(all_tokens.size());
+  std::vector<float> emb(size_t(V * H)), head(size_t(V * H));
+  m->embedding().dequantize(emb.data());
+  m->lm_head().dequantize(head.data());
+  Out out;
+  out.add("meta.seed", "I32", {1}, std::vector<int32_t>{int32_t(kSeed)});
+  out.add("offsets", "I32", {int64_t(offsets.size())}, offsets);
+  out.add("prompt_lens", "I32", {int64_t(prompt_lens.size())}, prompt_lens);
+  out.add("tokens", "I32", {N}, all_tokens);
+  out.add("feats", "F32", {N, taps * H}, all_feats);
+  out.add("embedding", "F32", {V, H}, emb);
+  out.add("lm_head", "F32", {V, H}, head);
+  out.write((fs::path(dir) / "fit.safetensors").string());
+  std::printf("wrote %s/fit.safetensors (%d sequences, %lld tokens) and %s\n", dir.c_str(), int(prompt_lens.size()),
+              (long long)N, path.c_str());
+}
+
 // Largest |a − b| / (1 + |b|) over a range.
 double max_rel(const float* a, const float* b, size_t n) {
   double m = 0;
