@@ -161,9 +161,9 @@ void print_draft_run(const DraftRun& r) {
   if (!r.verify_costs.empty()) std::printf("  (T_v(1) = %.3f ms)", r.verify_costs[0] * 1e3);
   std::printf("\n");
   for (const auto& d : m.drafters)
-    std::printf("    drafter %-11s %lld proposals, %lld verified, %lld of %lld accepted, %.3f ms proposing\n",
-                d.name.c_str(), (long long)d.proposals, (long long)d.drafts, (long long)d.accepted_tokens,
-                (long long)d.drafted_tokens, d.propose_seconds * 1e3);
+    std::printf("    drafter %-11s %lld proposals, %lld verified, %lld extended, %lld of %lld accepted, %.3f ms proposing\n",
+                d.name.c_str(), (long long)d.proposals, (long long)d.drafts, (long long)d.extensions,
+                (long long)d.accepted_tokens, (long long)d.drafted_tokens, d.propose_seconds * 1e3);
   std::stringstream table(m.position_table());
   for (std::string line; std::getline(table, line);) std::printf("    %s\n", line.c_str());
 }
@@ -204,6 +204,7 @@ void write_draft_runs(rapidjson::PrettyWriter<rapidjson::StringBuffer>& w, const
       w.Key("name"), w.String(d.name.c_str());
       i64("proposals", d.proposals);
       i64("drafts", d.drafts);
+      i64("extensions", d.extensions);
       i64("draft_tokens", d.drafted_tokens);
       i64("accepted_tokens", d.accepted_tokens);
       num("propose_seconds", d.propose_seconds);

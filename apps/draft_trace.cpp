@@ -23,6 +23,10 @@ std::string draft_step_json(int64_t step, const DraftStep& s) {
   w.Key("chain");
   if (s.chain.empty()) w.Null();
   else w.String(s.chain.c_str());
+  w.Key("extended_by");
+  if (s.extended_by.empty()) w.Null();
+  else w.String(s.extended_by.c_str());
+  w.Key("k_chain"), w.Int(s.extended_by.empty() ? s.k : s.k_chain);
   w.Key("k"), w.Int(s.k);
   w.Key("accepted"), w.Int(s.accepted);
   w.Key("accepted_tokens"), tokens(s.tokens.data(), size_t(s.accepted));

@@ -152,6 +152,10 @@ struct DraftedRequest::State {
   // The planned verify pass (plan() → finish()).
   bool planned = false;
   int k = 0, drafter = -1;
+  // Agreement extension: the chain's first k_main drafts are `drafter`'s, the rest (k > k_main)
+  // `extender`'s, whose proposal agreed with all k_main of them (−1: not extended).
+  int k_main = 0, extender = -1;
+  Draft chain;  // the verified drafts (a copy: the proposals stay as the drafters made them)
   int cap = 0;  // the planned pass's most drafts (0: no drafter was asked)
   double draft_seconds = 0;
   Clock::time_point verify_start;
@@ -251,7 +255,7 @@ void DraftedRequest::start(int32_t first) {
   s.m.accepted_at.assign(size_t(sc.max_k()), 0);
   s.m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
   for (const auto& d : s.im.slots)
-    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram, s.m.tried_at,
+    s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram, s.m.tried_at,
                             s.m.tried_at, s.m.tried_at});
   s.m.generated_tokens = 1;
   sc.reset_request();
@@ -325,10 +329,37 @@ void DraftedRequest::plan(int max_tokens, std::vector<int32_t>& tokens, bool& al
     s.pending.push_back({int(d), bucket, s.history.size(), dr.tokens});
   }
   Pick pick = sc.pick(s.offers);
-  const int k = pick.k;
-  const Draft* chain = k > 0 ? &s.drafts[size_t(pick.drafter)] : nullptr;
+  int k = pick.k;
+  s.chain.clear();
+  s.extender = -1;
+  if (k > 0) {
+    const Draft& a = s.drafts[size_t(pick.drafter)];
+    s.chain.tokens.assign(a.tokens.begin(), a.tokens.begin() + k);
+    if (!a.q.empty()) s.chain.q.assign(a.q.begin(), a.q.begin() + k);
+    // Where another drafter's proposal agrees with all k chosen drafts and goes on, the chain goes on
+    // with it as far as StairCut's rate says (StairCut::extend_k; one-hot drafts only, never with a
+    // fixed --draft-k): a block drafter's block that lookup also proposes is followed by lookup's
+    // continuation, at the cost of verify rows only.
+    int best = k, bucket = 0;
+    for (const Offer& o : s.offers)
+      if (o.drafter == pick.drafter) bucket = o.bucket;
+    if (a.q.empty() && sc.options().force_k < 0)
+      for (const Offer& o : s.offers) {
+        const Draft& b = s.drafts[size_t(o.drafter)];
+        if (o.drafter == pick.drafter || !b.q.empty() || o.length <= k) continue;
+        if (!std::equal(s.chain.tokens.begin(), s.chain.tokens.end(), b.tokens.begin())) continue;
+        const int kb = sc.extend_k(pick.drafter, bucket, k, o.drafter, o.bucket, o.length);
+        if (kb > best) best = kb, s.extender = o.drafter;
+      }
+    if (s.extender >= 0) {
+      const Draft& b = s.drafts[size_t(s.extender)];
+      s.chain.tokens.insert(s.chain.tokens.end(), b.tokens.begin() + k, b.tokens.begin() + best);
+    }
+    s.k_main = k;
+    k = int(s.chain.tokens.size());
+  }
   s.block.assign(1, anchor);
-  if (chain) s.block.insert(s.block.end(), chain->tokens.begin(), chain->tokens.begin() + k);
+  s.block.insert(s.block.end(), s.chain.tokens.begin(), s.chain.tokens.end());
   s.planned = true;
   s.k = k;
   s.cap = cap;
@@ -351,7 +382,7 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
   const int64_t V = model.desc().vocab;
   const bool greedy = s.sampling.temperature == 0.0f;
   const int k = s.k;
-  const Draft* chain = k > 0 ? &s.drafts[size_t(s.drafter)] : nullptr;
+  const Draft* chain = k > 0 ? &s.chain : nullptr;
   const double draft_seconds = s.draft_seconds;
   const auto tv = s.verify_start;
   const int64_t pos0 = s.seq.pos;
@@ -399,13 +430,23 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
   if (k == 0) {
     ++m.plain_steps;
   } else {
+    // Positions below k_main are the picked drafter's, the rest its extender's.
+    const int km = s.k_main;
     auto& pd = m.drafters[size_t(s.drafter)];
+    auto owner = [&](int j) -> DraftMetrics::PerDrafter& {
+      return j < km ? pd : m.drafters[size_t(s.extender)];
+    };
     ++m.drafts, ++pd.drafts;
-    m.drafted_tokens += k, pd.drafted_tokens += k;
-    m.accepted_tokens += accepted, pd.accepted_tokens += accepted;
-    ++pd.k_histogram[size_t(k)];
-    for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++pd.tried_at[size_t(j)];
-    for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++pd.accepted_at[size_t(j)];
+    m.drafted_tokens += k, pd.drafted_tokens += km;
+    m.accepted_tokens += accepted, pd.accepted_tokens += std::min(accepted, km);
+    ++pd.k_histogram[size_t(km)];
+    if (s.extender >= 0) {
+      auto& pe = m.drafters[size_t(s.extender)];
+      ++pe.extensions;
+      pe.drafted_tokens += k - km, pe.accepted_tokens += std::max(0, accepted - km);
+    }
+    for (int j = 0; j < tried; ++j) ++m.tried_at[size_t(j)], ++owner(j).tried_at[size_t(j)];
+    for (int j = 0; j < accepted; ++j) ++m.accepted_at[size_t(j)], ++owner(j).accepted_at[size_t(j)];
   }
   if (im.trace) {
     DraftStep t;
@@ -413,6 +454,7 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
     for (size_t d = 0; d < im.slots.size(); ++d)  // with cap = 0 nobody was asked: s.drafts holds old ones
       t.proposals.emplace_back(im.slots[d].name, s.cap > 0 ? s.drafts[d].tokens : std::vector<int32_t>());
     if (k > 0) t.chain = im.slots[size_t(s.drafter)].name;
+    if (s.extender >= 0) t.extended_by = im.slots[size_t(s.extender)].name, t.k_chain = s.k_main;
     t.k = k;
     t.accepted = accepted;
     t.tokens = s.fresh;
@@ -443,6 +485,7 @@ void DraftMetrics::add(const DraftMetrics& o) {
       it->name = d.name;
     }
     it->proposals += d.proposals, it->drafts += d.drafts, it->drafted_tokens += d.drafted_tokens;
+    it->extensions += d.extensions;
     it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
     sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
     sum(it->proposed_at, d.proposed_at), sum(it->reached_at, d.reached_at), sum(it->matched_at, d.matched_at);
@@ -462,8 +505,9 @@ std::string DraftMetrics::summary() const {
     if (k_histogram[k]) s += fmt::format(" {}x{}", k, k_histogram[k]);
   s += "\n";
   for (const auto& d : drafters)
-    s += fmt::format("drafter {}: {} proposals, {} verified, {} draft tokens, {} accepted, {:.3f} ms proposing\n", d.name,
-                     d.proposals, d.drafts, d.drafted_tokens, d.accepted_tokens, d.propose_seconds * 1e3);
+    s += fmt::format("drafter {}: {} proposals, {} verified, {} extended, {} draft tokens, {} accepted, {:.3f} ms proposing\n",
+                     d.name, d.proposals, d.drafts, d.extensions, d.drafted_tokens, d.accepted_tokens,
+                     d.propose_seconds * 1e3);
   return s + position_table();
 }
 

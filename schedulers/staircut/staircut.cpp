@@ -141,6 +141,19 @@ int StairCut::best_k(int d, int bucket, int max_len) const {
   return best;
 }
 
+int StairCut::extend_k(int a, int bucket_a, int k, int b, int bucket_b, int max_len) const {
+  const double t = draft_seconds_[size_t(a)] + draft_seconds_[size_t(b)];
+  double e = 1, run = 1;
+  for (int j = 1; j <= k; ++j) e += run *= acc_.p(a, bucket_a, j);
+  int best = k;
+  double rate = e / (t + costs_.at(k + 1));
+  for (int j = k + 1; j <= std::min(max_len, max_k()); ++j) {
+    e += run *= acc_.p(b, bucket_b, j);
+    if (double r = e / (t + costs_.at(j + 1)); r > rate) rate = r, best = j;
+  }
+  return best;
+}
+
 StairCut::Best StairCut::best_of(const std::vector<Offer>& offers, int k_cap) const {
   Best b;
   for (const Offer& o : offers) {

@@ -417,6 +417,8 @@ TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
     }
     EXPECT_GT(compared, 0) << (head ? "head" : "argmax") << ": no step's drafts could be compared";
   }
+}
+
 // The fitted drafter (tests/fixtures/lilicorr/fitted, README there: trained by
 // tools/reference/lilicorr_fit.py on this target's own continuations of the prompts below) agrees with
 // the target often but not always: partial acceptance, 20 … 80 % of the verified drafts.

@@ -105,6 +105,8 @@ inline DraftOptions fixed_costs(int force_k = -1) {
 struct TraceCounts {
   std::vector<int64_t> proposed;  // tokens proposed, per drafter
   int partial = 0, full = 0;      // verified chains partly rejected / accepted whole
+  int extended = 0;               // chains another drafter extended (it agreed with all of them)
+  int past_extension = 0;         // of those, steps that accepted drafts of the extension
 };
 inline TraceCounts check_trace(const std::vector<DraftStep>& steps, size_t prompt_size,
                                const std::vector<int32_t>& output, const std::vector<std::string>& names) {
@@ -122,20 +124,34 @@ inline TraceCounts check_trace(const std::vector<DraftStep>& steps, size_t promp
       ADD_FAILURE() << "a step lists " << s.proposals.size() << " drafters, expected " << names.size();
       return c;
     }
-    const std::vector<int32_t>* chain = nullptr;
+    const std::vector<int32_t>*chain = nullptr, *ext = nullptr;
     for (size_t i = 0; i < names.size(); ++i) {
       EXPECT_EQ(s.proposals[i].first, names[i]);
       c.proposed[i] += int64_t(s.proposals[i].second.size());
       if (s.proposals[i].first == s.chain) chain = &s.proposals[i].second;
+      if (!s.extended_by.empty() && s.proposals[i].first == s.extended_by) ext = &s.proposals[i].second;
     }
     if (s.k > 0) {
-      if (!chain || int(chain->size()) < s.k) {
+      // The verified drafts: the chain drafter's first k_chain, then (extended) the extender's, whose
+      // proposal agrees with those and goes on.
+      const int kc = s.extended_by.empty() ? s.k : s.k_chain;
+      if (!chain || int(chain->size()) < kc || kc < 1 || kc > s.k) {
         ADD_FAILURE() << "the verified chain '" << s.chain << "' is not a prefix of its drafter's proposal";
         return c;
       }
-      for (int i = 0; i < s.accepted && size_t(i) < s.tokens.size(); ++i) EXPECT_EQ(s.tokens[size_t(i)], (*chain)[size_t(i)]);
-      if (s.has_bonus && s.accepted < s.k) EXPECT_NE(s.bonus(), (*chain)[size_t(s.accepted)]);
+      std::vector<int32_t> verified(chain->begin(), chain->begin() + kc);
+      if (!s.extended_by.empty()) {
+        if (!ext || int(ext->size()) < s.k || kc == s.k || !std::equal(verified.begin(), verified.end(), ext->begin())) {
+          ADD_FAILURE() << "the chain's extension by '" << s.extended_by << "' does not agree with its proposal";
+          return c;
+        }
+        verified.insert(verified.end(), ext->begin() + kc, ext->begin() + s.k);
+        ++c.extended;
+      }
+      for (int i = 0; i < s.accepted && size_t(i) < s.tokens.size(); ++i) EXPECT_EQ(s.tokens[size_t(i)], verified[size_t(i)]);
+      if (s.has_bonus && s.accepted < s.k) EXPECT_NE(s.bonus(), verified[size_t(s.accepted)]);
       c.partial += s.accepted < s.k, c.full += s.accepted == s.k;
+      c.past_extension += !s.extended_by.empty() && s.accepted > kc;
     }
     emitted.insert(emitted.end(), s.tokens.begin(), s.tokens.end());
     committed += s.accepted + 1;

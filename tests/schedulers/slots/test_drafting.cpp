@@ -2,6 +2,7 @@
 // from the registry and from profiles, and one-line errors for unknown drafters and bad settings.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 
 #include "drafters.h"
@@ -134,6 +135,56 @@ TEST(Drafting, TraceAndRetroScoredCountersSeeEveryStep) {
   EXPECT_NEAR(double(oracle.matched_at[0]) / double(oracle.reached_at[0]), 0.7, 0.15) << dm.summary();
   EXPECT_NE(dm.position_table().find("drafter oracle proposed, matched/reached at j: 1:"), std::string::npos)
       << dm.position_table();
+}
+
+// A block drafter (the plain run's own tokens, 3 at most) and a long drafter that is right half the
+// time: StairCut picks the block, and where the long drafter proposes the same 3 tokens (about 1 step
+// in 8) the chain goes on with its continuation (StairCut::extend_k). The extended steps verify the
+// long drafter's tokens past the block, accept some of them, count them as its own, and the text is
+// the plain text.
+class BlockOracle : public test::OracleDrafter {
+ public:
+  using OracleDrafter::OracleDrafter;
+  void propose(int max_n, Draft& out) override { OracleDrafter::propose(std::min(max_n, 3), out); }
+};
+
+TEST(Drafting, AnAgreeingDrafterExtendsTheChain) {
+  Model& m = nolatent();
+  auto truth = std::make_shared<std::vector<int32_t>>();
+  DraftOptions o = test::fixed_costs();
+  Drafting d(m,
+             {{"block", test::factory_of<BlockOracle>(truth, 0.0, m.desc().vocab, uint64_t(7))},
+              {"long", test::factory_of<test::OracleDrafter>(truth, 0.5, m.desc().vocab, uint64_t(8))}},
+             o);
+  auto plain = generate(m, prompt(), test::run_options(300)).tokens;
+  *truth = prompt();
+  truth->insert(truth->end(), plain.begin(), plain.end());
+  std::vector<DraftStep> steps;
+  d.set_trace([&](const DraftStep& s) { steps.push_back(s); });
+  DraftMetrics dm;
+  ASSERT_EQ(d.generate(prompt(), test::run_options(300), {}, &dm).tokens, plain);
+
+  const test::TraceCounts c = test::check_trace(steps, prompt().size(), plain, {"block", "long"});
+  EXPECT_GT(c.extended, 0) << "no chain was extended\n" << dm.summary();
+  EXPECT_GT(c.past_extension, 0) << "no extension draft was ever accepted";
+  ASSERT_EQ(dm.drafters.size(), 2u);
+  const auto &block = dm.drafters[0], &lng = dm.drafters[1];
+  EXPECT_EQ(lng.extensions, c.extended);
+  EXPECT_GT(block.drafts, lng.drafts) << "the block drafter should be the one StairCut picks";
+  // Totals still add up: drafted and accepted tokens split between the chain's drafter and its
+  // extender, per position too.
+  EXPECT_EQ(block.drafted_tokens + lng.drafted_tokens, dm.drafted_tokens);
+  EXPECT_EQ(block.accepted_tokens + lng.accepted_tokens, dm.accepted_tokens);
+  for (size_t j = 0; j < dm.tried_at.size(); ++j) {
+    auto at = [j](const std::vector<int64_t>& v) { return j < v.size() ? v[j] : int64_t(0); };
+    EXPECT_EQ(at(block.tried_at) + at(lng.tried_at), dm.tried_at[j]) << "position " << j + 1;
+    EXPECT_EQ(at(block.accepted_at) + at(lng.accepted_at), dm.accepted_at[j]) << "position " << j + 1;
+  }
+  // The block drafter never proposes past 3: positions 4 and on are the extension's.
+  for (size_t j = 3; j < block.tried_at.size(); ++j) EXPECT_EQ(block.tried_at[j], 0) << "position " << j + 1;
+  EXPECT_GT(dm.tried_at.size() > 3 ? dm.tried_at[3] : 0, 0) << "no draft past the block was verified";
+  std::printf("[measure] extended %d of %lld steps; %d accepted past the block; acceptance %.1f %%\n", c.extended,
+              (long long)dm.steps, c.past_extension, 100.0 * double(dm.accepted_tokens) / double(dm.drafted_tokens));
 }
 
 // Costs measured at start-up (no table given) size the picker, and it drafts by them: the oracle

@@ -28,7 +28,8 @@ struct DraftMetrics {
     std::string name;
     int64_t proposals = 0;        // non-empty propose() results (verified or only retro-scored)
     int64_t drafts = 0;           // steps that verified this drafter's chain
-    int64_t drafted_tokens = 0;   // Σ k over those steps
+    int64_t extensions = 0;       // steps whose chain (another drafter's) this one extended
+    int64_t drafted_tokens = 0;   // Σ k over those steps (its own positions of extended chains)
     int64_t accepted_tokens = 0;  // of those, accepted
     double propose_seconds = 0;
     std::vector<int64_t> tried_at, accepted_at;  // as below, for this drafter's verified chains
@@ -67,6 +68,8 @@ struct DraftStep {
   // Each drafter's proposal this step, in the session's drafter order (empty: not asked or none).
   std::vector<std::pair<std::string, std::vector<int32_t>>> proposals;
   std::string chain;                 // the drafter whose chain was verified; empty on a plain step
+  std::string extended_by;           // the drafter that agreed with it and extended it (or empty)
+  int k_chain = 0;                   // with extended_by: drafts of `chain` (the rest are its)
   int k = 0;                         // drafts verified
   int accepted = 0;                  // of those, accepted
   std::vector<int32_t> tokens;       // emitted: the accepted drafts, then the target's own token

@@ -85,6 +85,10 @@ class StairCut {
   int best_k(int drafter, int bucket, int max_len) const;
   // The longest chain that can be verified.
   int max_k() const;
+  // Drafter b's proposal agrees with all k drafts of a's pick and goes on: the cut in [k, max_len]
+  // with the highest expected tokens per second, positions 1..k at a's acceptance and k+1.. at b's
+  // (p(j), given the drafts before it accepted), both drafters' time paid. k: keep a's chain.
+  int extend_k(int a, int bucket_a, int k, int b, int bucket_b, int max_len) const;
 
   // Chooses this step's chain and cut; updates the stairs (hysteresis level) and the guard.
   Pick pick(const std::vector<Offer>& offers);
