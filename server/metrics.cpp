@@ -171,6 +171,9 @@ void Metrics::render_spec(std::string& o, const std::string& m) const {
   };
   per_drafter("tandem:spec_decode_num_drafts_total", "Verify steps that checked this drafter's chain.",
               [](const DraftMetrics::PerDrafter& d) { return d.drafts; });
+  per_drafter("tandem:spec_chain_extensions_total",
+              "Verify steps whose chain (another drafter's) this drafter's agreeing proposal extended.",
+              [](const DraftMetrics::PerDrafter& d) { return d.extensions; });
   per_drafter("tandem:spec_decode_num_draft_tokens_total", "Draft tokens verified.",
               [](const DraftMetrics::PerDrafter& d) { return d.drafted_tokens; });
   per_drafter("tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
