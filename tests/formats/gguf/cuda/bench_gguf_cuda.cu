@@ -164,6 +164,18 @@ void bench_prefill(cuda::CudaBackend& be) {
   }
 }
 
+// Enough copies of `bytes` to rotate past the L2 several times (256 MiB in all).
+int copies_past_l2(size_t bytes) { return int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1)); }
+// `copies` device copies of host bytes, each with `pad` bytes of slack after it.
+std::vector<void*> upload_copies(const std::vector<uint8_t>& host, int copies, size_t pad) {
+  std::vector<void*> out(size_t(copies), nullptr);
+  for (void*& p : out) {
+    ck(cudaMalloc(&p, host.size() + pad), "malloc");
+    ck(cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
+  }
+  return out;
+}
+
 // The tensor-core GEMV (gemv_tc_cuda.cuh; what the format runs for 1..16 rows of dense NVFP4 and
 // Q8_0) against the fp32 GEMV (TANDEM_GGUF_TC=0) and the opt-in mma GEMV, called directly on the same
 // random weights (the same copies rotated past the L2), n = 1 .. 16. The tc bytes are its repack.
@@ -176,14 +188,8 @@ void bench_tc_shape(const Ceilings& c, const char* type, int64_t m, int64_t k) {
   const std::vector<uint8_t> rp = kcuda::repack_tc(tt, blocks.data(), m, k, "bench");
   const kcuda::TcShape ts = kcuda::tc_shape(tt, m, k);
   const kcuda::TcPlan plan = kcuda::tc_plan(ts);
-  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
-  std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
-  for (int i = 0; i < copies; ++i) {
-    ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
-    ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
-    ck(cudaMalloc(&tc[size_t(i)], rp.size()), "malloc");
-    ck(cudaMemcpy(tc[size_t(i)], rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload");
-  }
+  const int copies = copies_past_l2(blocks.size());
+  const std::vector<void*> raw = upload_copies(blocks, copies, 64), tc = upload_copies(rp, copies, 0);
   void *ws, *cnt, *x, *y0, *y1;
   ck(cudaMalloc(&ws, ts.workspace_bytes()), "malloc");
   ck(cudaMalloc(&cnt, ts.counters() * 4), "malloc");
@@ -284,14 +290,8 @@ void bench_tc_iq2(const Ceilings& c) {
     const std::vector<uint8_t> blocks = gt::random_weight("IQ2_XXS", m, k, 78);
     const std::vector<uint8_t> rp = kcuda::repack_iq2_xxs_tc(blocks.data(), m, k, "bench");
     const kcuda::Iq2TcShape ts = kcuda::iq2tc_shape(m, k);
-    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / blocks.size() + 1));
-    std::vector<void*> raw(size_t(copies), nullptr), tc(size_t(copies), nullptr);
-    for (int i = 0; i < copies; ++i) {
-      ck(cudaMalloc(&raw[size_t(i)], blocks.size() + 64), "malloc");
-      ck(cudaMemcpy(raw[size_t(i)], blocks.data(), blocks.size(), cudaMemcpyHostToDevice), "upload");
-      ck(cudaMalloc(&tc[size_t(i)], rp.size()), "malloc");
-      ck(cudaMemcpy(tc[size_t(i)], rp.data(), rp.size(), cudaMemcpyHostToDevice), "upload");
-    }
+    const int copies = copies_past_l2(blocks.size());
+    const std::vector<void*> raw = upload_copies(blocks, copies, 64), tc = upload_copies(rp, copies, 0);
     void *ws, *x, *y0, *y1;
     ck(cudaMalloc(&ws, ts.workspace_bytes()), "malloc");
     ck(cudaMemset(ws, 0, ts.workspace_bytes()), "memset");
