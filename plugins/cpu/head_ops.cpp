@@ -19,7 +19,10 @@ void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t gro
       const float* ar = a.data ? a.row(r / group) : nullptr;
       const float* br = b.data ? b.row(r / group) : nullptr;
       float* o = out.row(r);
-      for (int64_t i = 0; i < D; ++i) o[i] = (ar ? xr[i] * ar[i] : xr[i]) + (br ? br[i] : 0.0f);
+      for (int64_t i = 0; i < D; ++i) {
+        const float v = ar ? xr[i] * ar[i] : xr[i];
+        o[i] = br ? v + br[i] : v;
+      }
     }
   });
 }

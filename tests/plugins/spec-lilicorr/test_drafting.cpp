@@ -315,6 +315,31 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
     EXPECT_EQ(lili.last_block(), lili.last_candidates()) << what << ": argmax drafts";
     return checked == S;
   }
+  // The device head alone: the host head on the drafter's own inputs (its backbone rows, anchor row,
+  // candidates and their log-probabilities) gives its scores within the weights' rounding (BF16 exact,
+  // fp32 sums in another order; on the GPU the format's matmul may round activations to BF16).
+  const float head_tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 2e-2f;
+  {
+    Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
+    m.embedding().get_rows(lili.last_candidates().data(), int(S * K), ce);
+    std::vector<float> emb(size_t(S * K * H));
+    be.download(emb.data(), ce.data, ce.nbytes());
+    lilicorr::HeadScores own;
+    lilicorr::score(*ref.head, int(S), emb.data(), lili.last_logp().data(), lili.backbone_rows().data(),
+                    lili.anchor_row().data(), true, own);
+    const float lambda = ref.head->c.logit_scale;
+    const float start_err = max_diff(lili.last_scores().start, own.start) / lambda;
+    const float pair_err = max_diff(lili.last_scores().pairs, own.pairs) / lambda;
+    EXPECT_LT(start_err, head_tol) << what << ": the device head's start scores / logit_scale";
+    EXPECT_LT(pair_err, head_tol) << what << ": the device head's pair scores / logit_scale";
+    const std::vector<int> walk = lilicorr::greedy_path(own, int(S), K);
+    bool clear = top2_margin(own.start.data(), K) > 20 * head_tol * lambda;
+    for (int64_t s = 0; s + 1 < S && clear; ++s)
+      clear = top2_margin(own.pairs.data() + (s * K + walk[size_t(s)]) * K, K) > 20 * head_tol * lambda;
+    if (clear) EXPECT_EQ(lili.last_path(), walk) << what << ": the walk on the device head's scores";
+    std::printf("%s: device head vs host head on the same inputs: start %.3g, pairs %.3g (× logit_scale %g), walk %s\n",
+                what.c_str(), start_err, pair_err, lambda, clear ? "compared" : "near a tie");
+  }
   // The head on the reference's candidates.
   Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
   m.embedding().get_rows(cand.data(), int(S * K), ce);
@@ -336,8 +361,9 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
   return true;
 }
 
-// The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K) against the host
-// fp32 reference (backbone.cpp, head.cpp, the CPU backend's top-K) on the same committed rows: after a
+// The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K, device_head.cpp)
+// against the host fp32 reference (backbone.cpp, head.cpp, the CPU backend's top-K) on the same committed
+// rows, and the device head against the host head on the drafter's own inputs: after a
 // short prompt and after one past several 64-row append chunks (the cache grows), then after plain
 // steps that commit one row each. With and without the head.
 TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
