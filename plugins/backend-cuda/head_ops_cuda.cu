@@ -1,5 +1,5 @@
-// The LiLiCorr head's ops of the CUDA backend (tandem/backend.h: mul_add_rows, attention_bias,
-// normalize_rows, group_dots). Reductions run in fixed trees that depend on the row's width only.
+// The LiLiCorr head's ops of the CUDA backend (tandem/backend.h: mul_add_rows, normalize_rows,
+// group_dots; attention_bias shares attention_full's kernel in drafter_ops_cuda.cu). Reductions run in fixed trees that depend on the row's width only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,7 +11,6 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int kEltThreads = 256;
-constexpr int kAttWarps = 4;
 constexpr int kRowThreads = 256;
 
 __global__ void mul_add_rows_kernel(const float* x, const float* a, const float* b, int64_t n, int64_t cols,
@@ -22,70 +21,6 @@ __global__ void mul_add_rows_kernel(const float* x, const float* a, const float*
     const int64_t r = i / cols, c = i % cols, s = (r / group) * cols + c;
     const float v = a ? __fmul_rn(x[i], a[s]) : x[i];
     out[i] = b ? __fadd_rn(v, b[s]) : v;
-  }
-}
-
-// One block per (row, head): kAttWarps warps take keys j ≡ warp (mod kAttWarps) with an online
-// softmax (lanes hold head dims lane, lane + 32, …), then merge in warp order (as attention_full).
-__global__ void attention_bias_kernel(const float* q, const float* k, const float* v, const float* bias, int64_t n,
-                                      int heads, int hd, float scale, float* out) {
-  constexpr int kPer = kMaxHeadDim / 32;
-  __shared__ float sm[kAttWarps], sl[kAttWarps];
-  __shared__ float sacc[kAttWarps][kMaxHeadDim];
-  pdl_wait();
-  pdl_trigger();
-  const int64_t i = blockIdx.x;
-  const int h = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t w = int64_t(heads) * hd;
-  const float* qr = q + i * w + int64_t(h) * hd;
-  const float* br = bias + (int64_t(h) * n + i) * n;
-  float qv[kPer], acc[kPer];
-  const int per = (hd + 31) / 32;
-#pragma unroll
-  for (int t = 0; t < kPer; ++t) {
-    const int e = lane + 32 * t;
-    qv[t] = t < per && e < hd ? qr[e] : 0.0f;
-    acc[t] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = warp; j < n; j += kAttWarps) {
-    const float* kr = k + j * w + int64_t(h) * hd;
-    float d = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kPer; ++t) {
-      const int e = lane + 32 * t;
-      if (t < per && e < hd) d = fmaf(qv[t], kr[e], d);
-    }
-    const float s = fmaf(warp_sum(d), scale, br[j]);
-    const float mn = fmaxf(m, s);
-    const float c = expf(m - mn), p = expf(s - mn);
-    l = l * c + p;
-    const float* vr = v + j * w + int64_t(h) * hd;
-#pragma unroll
-    for (int t = 0; t < kPer; ++t) {
-      const int e = lane + 32 * t;
-      if (t < per && e < hd) acc[t] = fmaf(p, vr[e], acc[t] * c);
-    }
-    m = mn;
-  }
-  if (lane == 0) sm[warp] = m, sl[warp] = l;
-#pragma unroll
-  for (int t = 0; t < kPer; ++t) {
-    const int e = lane + 32 * t;
-    if (t < per && e < hd) sacc[warp][e] = acc[t];
-  }
-  __syncthreads();
-  float M = -INFINITY;
-  for (int x = 0; x < kAttWarps; ++x) M = fmaxf(M, sm[x]);
-  float L = 0.0f;
-  for (int x = 0; x < kAttWarps; ++x) L += sm[x] == -INFINITY ? 0.0f : sl[x] * expf(sm[x] - M);
-  float* o = out + i * w + int64_t(h) * hd;
-  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-    float a = 0.0f;
-    for (int x = 0; x < kAttWarps; ++x)
-      if (sm[x] != -INFINITY) a += sacc[x][e] * expf(sm[x] - M);
-    o[e] = a / L;
   }
 }
 
@@ -130,13 +65,6 @@ void launch_mul_add_rows(const float* x, const float* a, const float* b, int64_t
   const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8));
   launch(mul_add_rows_kernel, dim3(blocks), dim3(kEltThreads), 0, stream, "mul_add_rows", x, a, b, n, cols, group,
          out);
-}
-
-void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
-                           int hd, float* out, cudaStream_t stream) {
-  if (n == 0) return;
-  launch(attention_bias_kernel, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream,
-         "attention_bias", q, k, v, bias, n, heads, hd, 1.0f / sqrtf(float(hd)), out);
 }
 
 void launch_normalize_rows(float* x, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {

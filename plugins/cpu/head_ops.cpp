@@ -1,5 +1,6 @@
-// The LiLiCorr head's ops of the CPU backend (tandem/backend.h: mul_add_rows, attention_bias,
-// normalize_rows, group_dots): the arithmetic of the plugin's host head (head.cpp), one row at a time.
+// The LiLiCorr head's ops of the CPU backend (tandem/backend.h: mul_add_rows, normalize_rows,
+// group_dots; attention_bias shares attention_full's row in drafter_ops.cpp): the arithmetic of the
+// plugin's host head (head.cpp), one row at a time.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -22,39 +23,6 @@ void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t gro
       for (int64_t i = 0; i < D; ++i) {
         const float v = ar ? xr[i] * ar[i] : xr[i];
         o[i] = br ? v + br[i] : v;
-      }
-    }
-  });
-}
-
-void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
-                    const Tensor& out) {
-  check_attention_bias(q, k, v, bias, heads, hd, out);
-  const int64_t n = q.rows;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  parallel_for(n * heads, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> p(static_cast<size_t>(n));
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i = t / heads;
-      const int h = int(t % heads);
-      const float* qr = q.row(i) + int64_t(h) * hd;
-      const float* br = bias.row(int64_t(h) * n + i);
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* kr = k.row(j) + int64_t(h) * hd;
-        float d = 0.0f;
-        for (int e = 0; e < hd; ++e) d += qr[e] * kr[e];
-        p[size_t(j)] = d * scale + br[j];
-        mx = std::max(mx, p[size_t(j)]);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-      float* o = out.row(i) + int64_t(h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* vr = v.row(j) + int64_t(h) * hd;
-        const float w = p[size_t(j)] / sum;
-        for (int e = 0; e < hd; ++e) o[e] += w * vr[e];
       }
     }
   });

@@ -317,8 +317,8 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
   }
   // The device head alone: the host head on the drafter's own inputs (its backbone rows, anchor row,
   // candidates and their log-probabilities) gives its scores within the weights' rounding (BF16 exact,
-  // fp32 sums in another order; on the GPU the format's matmul may round activations to BF16).
-  const float head_tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 2e-2f;
+  // fp32 sums in another order, and on the GPU other reduction trees and expf).
+  const float head_tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f;
   {
     Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
     m.embedding().get_rows(lili.last_candidates().data(), int(S * K), ce);
