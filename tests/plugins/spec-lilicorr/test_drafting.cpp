@@ -430,4 +430,43 @@ TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
   }
 }
 
+
+// The device head alone (device_head.cpp) against the host head on random inputs of the checkpoint's
+// shapes, with the anchor row and without one (context_proj(a) times 0).
+TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const auto ref = lilicorr::load_drafter(synthesize(dir, m->desc(), true));
+  ASSERT_TRUE(ref->head);
+  const lilicorr::HeadWeights& hw = *ref->head;
+  const int64_t S = hw.c.slots(), K = hw.c.topk, H = hw.c.model_hidden;
+  lilicorr::DeviceHead head(m->backend(), lilicorr::load_device_head(hw, *m));
+  Backend& be = m->backend();
+  auto emb = test::random_vec(size_t(S * K * H), 11), pass = test::random_vec(size_t(S * H), 12, -2.f, 2.f);
+  auto anchor = test::random_vec(size_t(H), 13, -2.f, 2.f), logp = test::random_vec(size_t(S * K), 14, -9.f, -0.01f);
+  for (int64_t s = 0; s < S; ++s) std::sort(logp.begin() + s * K, logp.begin() + (s + 1) * K, std::greater<float>());
+  auto up = [&](const std::vector<float>& v) {
+    auto b = be.alloc(v.size() * sizeof(float));
+    be.upload(b->data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  auto de = up(emb), dp = up(pass), da = up(anchor);
+  const float tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f, lambda = hw.c.logit_scale;
+  for (bool valid : {true, false}) {
+    lilicorr::HeadScores got, want;
+    head.score(Tensor::f32(static_cast<float*>(de->data()), S * K, H), logp.data(),
+               Tensor::f32(static_cast<float*>(dp->data()), S, H), Tensor::f32(static_cast<float*>(da->data()), 1, H),
+               valid, got);
+    lilicorr::score(hw, int(S), emb.data(), logp.data(), pass.data(), anchor.data(), valid, want);
+    ASSERT_EQ(got.start.size(), size_t(K));
+    ASSERT_EQ(got.pairs.size(), size_t((S - 1) * K * K));
+    EXPECT_LT(max_diff(got.start, want.start) / lambda, tol) << (valid ? "anchor" : "no anchor") << ": start";
+    EXPECT_LT(max_diff(got.pairs, want.pairs) / lambda, tol) << (valid ? "anchor" : "no anchor") << ": pairs";
+    // Scores that depend on the inputs, not a constant: the slots' rows differ.
+    EXPECT_GT(max_diff(std::vector<float>(want.pairs.begin(), want.pairs.begin() + K * K),
+                       std::vector<float>(want.pairs.end() - K * K, want.pairs.end())),
+              1e-3f);
+  }
+}
+
 }  // namespace
