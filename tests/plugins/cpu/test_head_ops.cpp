@@ -1,5 +1,5 @@
-// The LiLiCorr head's ops of the CPU backend (mul_add_rows, attention_bias, normalize_rows, group_dots)
-// against float64 references and cases with known answers.
+// The LiLiCorr head's ops of the CPU backend (mul_add_rows, normalize_rows, group_dots) against float64
+// references and cases with known answers (attention_bias: beside attention_full, test_drafter_ops.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,49 +33,6 @@ TEST(CpuHeadOps, MulAddRowsBroadcastsEachGroupsRow) {
   EXPECT_EQ(out[size_t(5 * D + 1)], x[size_t(5 * D + 1)] * x[size_t(2 * D + 1)]);
   EXPECT_THROW(be.mul_add_rows(X, A, Bt, 4, Tensor::f32(out.data(), n, D)), Error);
   EXPECT_THROW(be.mul_add_rows(X, A, Bt, 2, Tensor::f32(out.data(), n, D)), Error);  // a holds 2 rows, not 3
-}
-
-TEST(CpuHeadOps, AttentionBiasAddsTheBiasOfEachHeadAndPair) {
-  cpu::CpuBackend be;
-  for (auto [n, heads, hd] : {std::tuple{6, 2, 8}, std::tuple{1, 1, 4}, std::tuple{21, 3, 16}}) {
-    const int64_t w = int64_t(heads) * hd;
-    auto q = random_vec(size_t(n * w), 4), k = random_vec(size_t(n * w), 5), v = random_vec(size_t(n * w), 6);
-    auto bias = random_vec(size_t(heads * n * n), 7, -3.f, 3.f);
-    std::vector<float> out(size_t(n * w), NAN);
-    be.attention_bias(Tensor::f32(q.data(), n, w), Tensor::f32(k.data(), n, w), Tensor::f32(v.data(), n, w),
-                      Tensor::f32(bias.data(), heads * n, n), heads, hd, Tensor::f32(out.data(), n, w));
-    double worst = 0;
-    for (int64_t i = 0; i < n; ++i)
-      for (int h = 0; h < heads; ++h) {
-        std::vector<double> p(static_cast<size_t>(n));
-        double mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double d = 0;
-          for (int e = 0; e < hd; ++e) d += double(q[size_t(i * w + h * hd + e)]) * k[size_t(j * w + h * hd + e)];
-          p[size_t(j)] = d / std::sqrt(double(hd)) + bias[size_t((h * n + i) * n + j)];
-          mx = std::max(mx, p[size_t(j)]);
-        }
-        for (double& s : p) sum += s = std::exp(s - mx);
-        for (int e = 0; e < hd; ++e) {
-          double o = 0;
-          for (int64_t j = 0; j < n; ++j) o += p[size_t(j)] / sum * v[size_t(j * w + h * hd + e)];
-          worst = std::max(worst, std::abs(o - out[size_t(i * w + h * hd + e)]));
-        }
-      }
-    EXPECT_LT(worst, 1e-5) << n << " rows, " << heads << " heads";
-  }
-  // A bias of −∞ but on one key picks that key's value.
-  const int n = 3, hd = 2;
-  std::vector<float> q(6, 1.f), k = {1, 0, 0, 1, 1, 1}, v = {1, 2, 3, 4, 5, 6}, out(6);
-  std::vector<float> bias(9, -INFINITY);
-  bias[0 * 3 + 2] = bias[1 * 3 + 0] = bias[2 * 3 + 1] = 0.f;
-  be.attention_bias(Tensor::f32(q.data(), n, hd), Tensor::f32(k.data(), n, hd), Tensor::f32(v.data(), n, hd),
-                    Tensor::f32(bias.data(), n, n), 1, hd, Tensor::f32(out.data(), n, hd));
-  EXPECT_EQ(out, (std::vector<float>{5, 6, 1, 2, 3, 4}));
-  EXPECT_THROW(be.attention_bias(Tensor::f32(q.data(), n, hd), Tensor::f32(k.data(), n, hd),
-                                 Tensor::f32(v.data(), n, hd), Tensor::f32(bias.data(), 1, 9), 1, hd,
-                                 Tensor::f32(out.data(), n, hd)),
-               Error);
 }
 
 TEST(CpuHeadOps, NormalizeRowsGivesUnitRowsAndKeepsTinyOnesBelowEps) {
