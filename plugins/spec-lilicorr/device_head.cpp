@@ -92,7 +92,9 @@ std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, 
   return d;
 }
 
-DeviceHead::DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights> w) : be_(backend), w_(std::move(w)) {
+DeviceHead::DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights> w, int64_t matmul_rows)
+    : be_(backend), w_(std::move(w)), matmul_rows_(matmul_rows) {
+  check(matmul_rows_ >= 0, "lilicorr head: ", matmul_rows_, " rows per matmul, expected 0 (all) or more");
   const HeadConfig& c = w_->c;
   const int64_t S = c.slots(), K = c.topk, n = S * K, Hh = c.hidden, F = c.factor;
   // Every buffer now: none comes or goes while the target records graphs.
@@ -116,6 +118,15 @@ Tensor DeviceHead::buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t c
   return Tensor::f32(static_cast<float*>(b->data()), rows, cols);
 }
 
+void DeviceHead::linear(const DeviceLinear& L, const Tensor& x, const Tensor& y) {
+  const int64_t step = matmul_rows_ > 0 ? matmul_rows_ : x.rows;
+  for (int64_t r = 0; r < x.rows; r += step) {
+    const int64_t m = std::min(step, x.rows - r);
+    L.w->matmul(x.slice_rows(r, m), y.slice_rows(r, m));
+  }
+  if (L.bias) be_.mul_add_rows(y, Tensor(), buf(L.bias, 1, y.cols), y.rows, y);
+}
+
 void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass, const Tensor& anchor, bool anchor_valid,
                        HeadScores& out) {
   const DeviceHeadWeights& W = *w_;
@@ -129,16 +140,16 @@ void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass,
   const Tensor x = buf(x_, n, Hh), h = buf(h_, n, Hh), d = buf(d_, n, Hh), u = buf(u_, n, c.mlp);
 
   // Nodes: token_proj(E[c]) + feature_mlp(LN(features)) + pass_hidden_proj(p_s) + slot + rank.
-  if (W.token_proj.w) apply(be_, W.token_proj, emb, x);
+  if (W.token_proj.w) linear(W.token_proj, emb, x);
   else be_.copy(emb, x);
   lattice_features(int(S), int(K), logp, W.feature_norm_w, W.feature_norm_b, feat_.data());
   be_.upload(feat_dev_->data(), feat_.data(), feat_.size() * sizeof(float));
-  apply(be_, W.feature_up, buf(feat_dev_, n, 5), h);
+  linear(W.feature_up, buf(feat_dev_, n, 5), h);
   be_.silu_mul(h, buf(ones_, n, Hh), h);
-  apply(be_, W.feature_down, h, d);
+  linear(W.feature_down, h, d);
   be_.add(x, d, x);
   const Tensor t = buf(t_, S, Hh);
-  apply(be_, W.pass_hidden_proj, pass, t);
+  linear(W.pass_hidden_proj, pass, t);
   be_.mul_add_rows(x, Tensor(), t, K, x);
   be_.add(x, buf(W.node_embedding, n, Hh), x);
 
@@ -147,15 +158,15 @@ void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass,
   const Tensor bias = buf(W.attention_bias, int64_t(c.heads) * n, n);
   for (const DeviceHeadLayer& L : W.layers) {
     be_.rms_norm(x, norm(L.attn_norm), c.rms_eps, h);
-    apply(be_, L.q, h, q);
-    apply(be_, L.k, h, k);
-    apply(be_, L.v, h, v);
+    linear(L.q, h, q);
+    linear(L.k, h, k);
+    linear(L.v, h, v);
     be_.attention_bias(q, k, v, bias, c.heads, hd, att);
-    apply(be_, L.out_proj, att, d);
+    linear(L.out_proj, att, d);
     be_.add_rms_norm(x, d, norm(L.mlp_norm), c.rms_eps, h);
-    apply(be_, L.up, h, u);
+    linear(L.up, h, u);
     be_.silu_mul(u, buf(ones_, n, c.mlp), u);
-    apply(be_, L.down, u, d);
+    linear(L.down, u, d);
     be_.add(x, d, x);
   }
   const Tensor y = h;
@@ -163,21 +174,21 @@ void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass,
 
   // Anchor and factors: g = silu(W_y·y + b_f + W_α·α + W_{y⊙α}·(y⊙α)).
   const Tensor alpha = buf(alpha_, 1, Hh), ga = buf(ga_, 1, Hh);
-  apply(be_, W.context_proj, anchor, alpha);
+  linear(W.context_proj, anchor, alpha);
   if (!anchor_valid) be_.scale_softcap(alpha, 0.0f, 0.0f);
   be_.rms_norm(alpha, norm(W.anchor_norm), c.rms_eps, alpha);
   const Tensor g = x;  // the lattice state is spent
-  apply(be_, W.factor_y, y, g);
+  linear(W.factor_y, y, g);
   be_.mul_add_rows(y, alpha, Tensor(), n, q);
-  apply(be_, W.factor_ya, q, d);
+  linear(W.factor_ya, q, d);
   be_.add(g, d, g);
-  apply(be_, W.factor_a, alpha, ga);
+  linear(W.factor_a, alpha, ga);
   be_.mul_add_rows(g, Tensor(), ga, n, g);
   be_.silu_mul(g, buf(ones_, n, Hh), g);
   const Tensor o = buf(o_, n, F), in = buf(in_, n, F), ao = buf(ao_, 1, F);
-  apply(be_, W.out_head, g, o);
-  apply(be_, W.in_head, g, in);
-  apply(be_, W.anchor_out_head, alpha, ao);
+  linear(W.out_head, g, o);
+  linear(W.in_head, g, in);
+  linear(W.anchor_out_head, alpha, ao);
   be_.normalize_rows(o, c.vector_eps);
   be_.normalize_rows(in, c.vector_eps);
   be_.normalize_rows(ao, c.vector_eps);

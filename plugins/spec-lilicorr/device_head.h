@@ -40,9 +40,15 @@ struct DeviceHeadWeights {
 // Loads `w` onto the target's backend with the target's formats.
 std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, Model& target);
 
+// Rows per matmul call of the head by default: the lattice's S·K rows go through the target's formats in
+// chunks of this many, which keeps CUDA's dense BF16 weights on their GEMV path (≤ 16 rows) rather than
+// the tiled kernel, whose 1024-wide outputs fill only 16 blocks (docs/decisions.md: the estimate).
+constexpr int64_t kHeadMatmulRows = 16;
+
 class DeviceHead {
  public:
-  DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights> w);
+  // matmul_rows: rows per matmul call (0 = all rows in one call).
+  DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights> w, int64_t matmul_rows = kHeadMatmulRows);
   // Scores the full lattice (all S slots) like score() in head.h: emb [S·K, H] (candidates' target
   // embeddings, slot-major), pass [S, H] and anchor [1, H] in device memory, logp [S·K] on the host.
   // out gets the downloaded start [K] and pairs [(S − 1)·K·K].
@@ -51,9 +57,12 @@ class DeviceHead {
 
  private:
   Tensor buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const;
+  // y = x·Wᵀ + b, in calls of matmul_rows_ rows.
+  void linear(const DeviceLinear& L, const Tensor& x, const Tensor& y);
 
   Backend& be_;
   std::shared_ptr<const DeviceHeadWeights> w_;
+  int64_t matmul_rows_;
   std::vector<float> feat_;  // host [S·K, 5]
   std::unique_ptr<Buffer> feat_dev_, x_, h_, d_, q_, k_, v_, att_, u_, ones_, t_, alpha_, ga_, o_, in_, ao_, scores_;
 };

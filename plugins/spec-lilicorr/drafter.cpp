@@ -12,11 +12,12 @@
 
 namespace tandem::lilicorr {
 
-LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw)
+LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
+                         int64_t head_rows)
     : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone) {
   check(bool(w_->head) == bool(dw.head), "lilicorr: the head's device weights ", dw.head ? "are" : "are not",
         " loaded, the checkpoint ", w_->head ? "has" : "has no", " head");
-  if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head);
+  if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, head_rows);
   const BackboneConfig& c = w_->backbone.c;
   const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
   // Every buffer now: none comes or goes while the target records graphs.
@@ -126,6 +127,7 @@ void LiliDrafter::propose(int max_n, Draft& out) {
 
 std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, SpeculatorSettings& settings) {
   std::string path = settings.text("path", "");
+  const int64_t head_rows = settings.integer("head_rows", kHeadMatmulRows, 0, 1 << 20);
   settings.finish();
   check(!path.empty(), settings.source().empty() ? "" : settings.source() + ": ",
         "key 'draft.lilicorr.path' is required (the drafter's checkpoint folder)");
@@ -169,7 +171,7 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
     }
     dw = slot;
   }
-  return std::make_unique<LiliDrafter>(ctx, std::move(w), dw);
+  return std::make_unique<LiliDrafter>(ctx, std::move(w), dw, head_rows);
 }
 
 void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, SpeculatorSettings& settings,

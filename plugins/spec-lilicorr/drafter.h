@@ -32,7 +32,9 @@ struct OnTarget {
 
 class LiliDrafter : public Speculator {
  public:
-  LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw);
+  // head_rows: rows per matmul call of the head (DeviceHead; 0 = all at once).
+  LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
+              int64_t head_rows = kHeadMatmulRows);
   void begin(const int32_t* prompt, size_t n) override;
   void observe(const int32_t* tokens, size_t n) override;
   std::vector<int> hidden_layers() const override { return w_->backbone.c.target_layers; }

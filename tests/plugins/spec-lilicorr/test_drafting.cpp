@@ -432,7 +432,7 @@ TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
 
 
 // The device head alone (device_head.cpp) against the host head on random inputs of the checkpoint's
-// shapes, with the anchor row and without one (context_proj(a) times 0).
+// shapes, with the anchor row and without one (context_proj(a) times 0), at several rows per matmul.
 TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
@@ -440,7 +440,7 @@ TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) 
   ASSERT_TRUE(ref->head);
   const lilicorr::HeadWeights& hw = *ref->head;
   const int64_t S = hw.c.slots(), K = hw.c.topk, H = hw.c.model_hidden;
-  lilicorr::DeviceHead head(m->backend(), lilicorr::load_device_head(hw, *m));
+  const auto dw = lilicorr::load_device_head(hw, *m);
   Backend& be = m->backend();
   auto emb = test::random_vec(size_t(S * K * H), 11), pass = test::random_vec(size_t(S * H), 12, -2.f, 2.f);
   auto anchor = test::random_vec(size_t(H), 13, -2.f, 2.f), logp = test::random_vec(size_t(S * K), 14, -9.f, -0.01f);
@@ -452,7 +452,10 @@ TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) 
   };
   auto de = up(emb), dp = up(pass), da = up(anchor);
   const float tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f, lambda = hw.c.logit_scale;
-  for (bool valid : {true, false}) {
+  // Matmuls in calls of 16 rows (the default), 5 rows (a short last call) and all S·K rows at once.
+  for (auto [valid, rows] : {std::pair{true, int64_t(16)}, std::pair{false, int64_t(16)}, std::pair{true, int64_t(5)},
+                             std::pair{true, int64_t(0)}}) {
+    lilicorr::DeviceHead head(be, dw, rows);
     lilicorr::HeadScores got, want;
     head.score(Tensor::f32(static_cast<float*>(de->data()), S * K, H), logp.data(),
                Tensor::f32(static_cast<float*>(dp->data()), S, H), Tensor::f32(static_cast<float*>(da->data()), 1, H),
@@ -460,8 +463,9 @@ TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) 
     lilicorr::score(hw, int(S), emb.data(), logp.data(), pass.data(), anchor.data(), valid, want);
     ASSERT_EQ(got.start.size(), size_t(K));
     ASSERT_EQ(got.pairs.size(), size_t((S - 1) * K * K));
-    EXPECT_LT(max_diff(got.start, want.start) / lambda, tol) << (valid ? "anchor" : "no anchor") << ": start";
-    EXPECT_LT(max_diff(got.pairs, want.pairs) / lambda, tol) << (valid ? "anchor" : "no anchor") << ": pairs";
+    const std::string what = std::string(valid ? "anchor" : "no anchor") + ", " + std::to_string(rows) + " rows a call";
+    EXPECT_LT(max_diff(got.start, want.start) / lambda, tol) << what << ": start";
+    EXPECT_LT(max_diff(got.pairs, want.pairs) / lambda, tol) << what << ": pairs";
     // Scores that depend on the inputs, not a constant: the slots' rows differ.
     EXPECT_GT(max_diff(std::vector<float>(want.pairs.begin(), want.pairs.begin() + K * K),
                        std::vector<float>(want.pairs.end() - K * K, want.pairs.end())),
