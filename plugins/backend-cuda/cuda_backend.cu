@@ -443,6 +443,32 @@ void CudaBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, floa
   launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, stream());
 }
 
+void CudaBackend::mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
+  check_mul_add_rows(x, a, b, group, out);
+  launch_mul_add_rows(x.f32(), a.data ? a.f32() : nullptr, b.data ? b.f32() : nullptr, x.rows, x.cols, group,
+                      out.f32(), stream());
+}
+
+void CudaBackend::attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads,
+                                 int hd, const Tensor& out) {
+  check_attention_bias(q, k, v, bias, heads, hd, out);
+  if (hd > kMaxHeadDim || q.rows > 65535 || heads > 65535)
+    fail("attention_bias: ", q.rows, " rows of ", heads, " heads of ", hd, ", at most 65535 rows and heads and hd ≤ ",
+         kMaxHeadDim);
+  launch_attention_bias(q.f32(), k.f32(), v.f32(), bias.f32(), q.rows, heads, hd, out.f32(), stream());
+}
+
+void CudaBackend::normalize_rows(const Tensor& x, float eps) {
+  check_tensor("normalize_rows", "x", x, x.rows, x.cols);
+  if (x.rows > INT32_MAX) fail("normalize_rows: ", x.rows, " rows, at most ", INT32_MAX);
+  launch_normalize_rows(x.f32(), x.rows, x.cols, eps, stream());
+}
+
+void CudaBackend::group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) {
+  check_group_dots(a, b, groups, out);
+  launch_group_dots(a.f32(), b.f32(), groups, a.rows / groups, b.rows / groups, a.cols, scale, out.f32(), stream());
+}
+
 void CudaBackend::check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const float* k_cache,
                                   const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                                   const Tensor& out) const {

@@ -55,6 +55,11 @@ class CudaBackend final : public Backend {
   void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override;
   void scale_softcap(const Tensor& x, float s, float cap) override;
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override;
+  void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) override;
+  void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                      const Tensor& out) override;
+  void normalize_rows(const Tensor& x, float eps) override;
+  void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override;
   void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
                  float* weights) override;
   void moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) override;

@@ -1,5 +1,5 @@
 // The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
-// top_k_logprobs), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
+// top_k_logprobs, and the head's attention_bias), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
 // Reductions run in fixed trees that depend on the row's width only, so a row's bits never depend on n.
 #include <algorithm>
 #include <cmath>
@@ -34,8 +34,9 @@ __global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t p
 
 // One block per (query row, query head): kAttWarps warps take keys j ≡ warp (mod kAttWarps), each
 // with an online softmax whose lanes hold head dims lane, lane + 32, …; the warps merge in order.
-__global__ void attention_full_kernel(const float* q, const float* k, const float* v, int64_t rows, int nq, int nkv,
-                                      int hd, float scale, float* out) {
+// bias: null (attention_full), or [nq·n, rows] added to the scaled scores (attention_bias; n = gridDim.x).
+__global__ void attention_full_kernel(const float* q, const float* k, const float* v, const float* bias, int64_t rows,
+                                      int nq, int nkv, int hd, float scale, float* out) {
   constexpr int kPer = kMaxHeadDim / 32;
   __shared__ float sm[kAttWarps], sl[kAttWarps];
   __shared__ float sacc[kAttWarps][kMaxHeadDim];
@@ -46,6 +47,7 @@ __global__ void attention_full_kernel(const float* q, const float* k, const floa
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
   const float* qr = q + r * qw + int64_t(hq) * hd;
+  const float* br = bias ? bias + (int64_t(hq) * gridDim.x + r) * rows : nullptr;
   float qv[kPer], acc[kPer];
   const int per = (hd + 31) / 32;
 #pragma unroll
@@ -63,7 +65,7 @@ __global__ void attention_full_kernel(const float* q, const float* k, const floa
       const int e = lane + 32 * i;
       if (i < per && e < hd) d = fmaf(qv[i], kr[e], d);
     }
-    const float s = warp_sum(d) * scale;
+    const float s = br ? fmaf(warp_sum(d), scale, br[j]) : warp_sum(d) * scale;
     const float mn = fmaxf(m, s);
     const float c = expf(m - mn), p = expf(s - mn);
     l = l * c + p;
@@ -180,7 +182,14 @@ void launch_attention_full(const float* q, const float* k, const float* v, int64
                            int hd, float* out, cudaStream_t stream) {
   if (n == 0) return;
   launch(attention_full_kernel, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream, "attention_full", q,
-         k, v, rows, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
+         k, v, static_cast<const float*>(nullptr), rows, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
+}
+
+void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
+                           int hd, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  launch(attention_full_kernel, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream, "attention_bias",
+         q, k, v, bias, n, heads, heads, hd, 1.0f / sqrtf(float(hd)), out);
 }
 
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream) {

@@ -74,4 +74,16 @@ void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t 
 void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
                            cudaStream_t stream);
 
+// The LiLiCorr head's ops (head_ops_cuda.cu; attention_bias in drafter_ops_cuda.cu); arguments validated by the backend (tandem/op_checks.h).
+// x, out [rows, cols]; a, b [rows / group, cols] or null.
+void launch_mul_add_rows(const float* x, const float* a, const float* b, int64_t rows, int64_t cols, int64_t group,
+                         float* out, cudaStream_t stream);
+// q, k, v, out [n, heads·hd]; bias [heads·n, n]; hd ≤ kMaxHeadDim.
+void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
+                           int hd, float* out, cudaStream_t stream);
+void launch_normalize_rows(float* x, int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+// a [groups·ka, F], b [groups·kb, F], out [groups, ka·kb].
+void launch_group_dots(const float* a, const float* b, int64_t groups, int64_t ka, int64_t kb, int64_t F, float scale,
+                       float* out, cudaStream_t stream);
+
 }  // namespace tandem::cuda

@@ -85,6 +85,17 @@ void CpuBackend::scale_softcap(const Tensor& x, float s, float cap) { cpu::scale
 void CpuBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
   cpu::top_k_logprobs(logits, k, ids, logp);
 }
+void CpuBackend::mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
+  cpu::mul_add_rows(x, a, b, group, out);
+}
+void CpuBackend::attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads,
+                                int hd, const Tensor& out) {
+  cpu::attention_bias(q, k, v, bias, heads, hd, out);
+}
+void CpuBackend::normalize_rows(const Tensor& x, float eps) { cpu::normalize_rows(x, eps); }
+void CpuBackend::group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) {
+  cpu::group_dots(a, b, groups, scale, out);
+}
 void CpuBackend::moe_combine(const Tensor& expert_out, const float* weights, int k, const Tensor& out) {
   cpu::moe_combine(expert_out, weights, k, out);
 }

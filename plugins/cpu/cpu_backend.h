@@ -35,6 +35,11 @@ class CpuBackend final : public Backend {
   void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override;
   void scale_softcap(const Tensor& x, float s, float cap) override;
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override;
+  void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) override;
+  void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                      const Tensor& out) override;
+  void normalize_rows(const Tensor& x, float eps) override;
+  void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override;
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;
   // memcpy between two 256 MiB host buffers on every worker thread.
   double measure_copy_bandwidth() override;

@@ -1,5 +1,6 @@
 // The drafter ops of the CPU backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
-// top_k_logprobs): the arithmetic of the LiLiCorr plugin's host reference, one row at a time.
+// top_k_logprobs, and the head's attention_bias): the arithmetic of the LiLiCorr plugin's host
+// reference, one row at a time.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -9,6 +10,31 @@
 #include "tandem/parallel.h"
 
 namespace tandem::cpu {
+namespace {
+
+// One query row of one head: softmax_j(q·k_j·scale (+ bias[j])) over key rows 0 … rows − 1 of k and v
+// (the head's columns start at `off`), times v, into o [hd]; p is scratch [rows].
+void attend(const float* qr, const Tensor& k, const Tensor& v, int64_t rows, int64_t off, int hd, float scale,
+            const float* bias, float* p, float* o) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* kr = k.row(j) + off;
+    float dot = 0.0f;
+    for (int e = 0; e < hd; ++e) dot += qr[e] * kr[e];
+    p[j] = bias ? dot * scale + bias[j] : dot * scale;
+    mx = std::max(mx, p[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < rows; ++j) sum += p[j] = std::exp(p[j] - mx);
+  std::fill(o, o + hd, 0.0f);
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* vr = v.row(j) + off;
+    const float a = p[j] / sum;
+    for (int e = 0; e < hd; ++e) o[e] += a * vr[e];
+  }
+}
+
+}  // namespace
 
 void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
   check(heads > 0 && hd > 0 && hd % 2 == 0, "rope: heads must be positive and head_dim even, found heads=", heads,
@@ -50,25 +76,25 @@ void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t r
     std::vector<float> p(static_cast<size_t>(rows));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r = t / nq;
-      const int hq = int(t % nq), hk = hq / group;
-      const float* qr = q.row(r) + int64_t(hq) * hd;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < rows; ++j) {
-        const float* kr = k.row(j) + int64_t(hk) * hd;
-        float dot = 0.0f;
-        for (int e = 0; e < hd; ++e) dot += qr[e] * kr[e];
-        p[size_t(j)] = dot * scale;
-        mx = std::max(mx, p[size_t(j)]);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < rows; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-      float* o = out.row(r) + int64_t(hq) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < rows; ++j) {
-        const float* vr = v.row(j) + int64_t(hk) * hd;
-        const float a = p[size_t(j)] / sum;
-        for (int e = 0; e < hd; ++e) o[e] += a * vr[e];
-      }
+      const int hq = int(t % nq);
+      attend(q.row(r) + int64_t(hq) * hd, k, v, rows, int64_t(hq / group) * hd, hd, scale, nullptr, p.data(),
+             out.row(r) + int64_t(hq) * hd);
+    }
+  });
+}
+
+void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                    const Tensor& out) {
+  check_attention_bias(q, k, v, bias, heads, hd, out);
+  const int64_t n = q.rows;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  parallel_for(n * heads, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> p(static_cast<size_t>(n));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i = t / heads;
+      const int h = int(t % heads);
+      attend(q.row(i) + int64_t(h) * hd, k, v, n, int64_t(h) * hd, hd, scale, bias.row(int64_t(h) * n + i), p.data(),
+             out.row(i) + int64_t(h) * hd);
     }
   });
 }

@@ -32,6 +32,12 @@ void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t r
 void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out);
 void scale_softcap(const Tensor& x, float s, float cap);
 void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp);
+// The LiLiCorr head's ops (head_ops.cpp; attention_bias in drafter_ops.cpp).
+void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out);
+void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                    const Tensor& out);
+void normalize_rows(const Tensor& x, float eps);
+void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out);
 
 // Sampling: tandem::sample_host (tandem/sampler.h), shared with every backend.
 

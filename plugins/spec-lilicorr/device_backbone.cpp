@@ -12,7 +12,7 @@ namespace {
 
 // The values of a host weight as stored bytes: BF16 when every value is a BF16 number (a BF16
 // checkpoint's, read exactly), else F32.
-RawTensor raw_weight(DeviceWeights& d, const std::string& name, std::vector<int64_t> shape, const float* v,
+RawTensor raw_weight(WeightSource& d, const std::string& name, std::vector<int64_t> shape, const float* v,
                      int64_t n) {
   bool bf16 = true;
   for (int64_t i = 0; i < n && bf16; ++i) {
@@ -41,14 +41,20 @@ RawTensor raw_weight(DeviceWeights& d, const std::string& name, std::vector<int6
   return r;
 }
 
-std::unique_ptr<Buffer> upload(Backend& be, const std::vector<float>& v) {
+DeviceLinear device_linear(DeviceWeights& d, Model& target, const std::string& name, const Linear& l) {
+  return load_linear(d.src, target, name, l.out, l.in, l.w.data(), l.b);
+}
+
+}  // namespace
+
+std::unique_ptr<Buffer> upload_f32(Backend& be, const std::vector<float>& v) {
   auto b = be.alloc(v.size() * sizeof(float));
   be.upload(b->data(), v.data(), v.size() * sizeof(float));
   return b;
 }
 
-DeviceLinear device_linear(DeviceWeights& d, Model& target, const std::string& name, int64_t out, int64_t in,
-                           const float* w, const std::vector<float>& bias) {
+DeviceLinear load_linear(WeightSource& d, Model& target, const std::string& name, int64_t out, int64_t in,
+                         const float* w, const std::vector<float>& bias) {
   const RawTensor& r = d.raws.emplace_back(raw_weight(d, name, {out, in}, w, out * in));
   TensorGroup g;
   g.prefix = name;
@@ -58,19 +64,14 @@ DeviceLinear device_linear(DeviceWeights& d, Model& target, const std::string& n
   L.w = target.load_weight(g);
   check(L.w->rows() == out && L.w->cols() == in, "lilicorr: ", name, " loaded as ", L.w->rows(), "×", L.w->cols(),
         ", expected ", out, "×", in);
-  if (!bias.empty()) {
-    std::vector<float> rows(size_t(kRowChunk * out));
-    for (int64_t r0 = 0; r0 < kRowChunk; ++r0) std::copy(bias.begin(), bias.end(), rows.begin() + r0 * out);
-    L.bias = upload(target.backend(), rows);
-  }
+  if (!bias.empty()) L.bias = upload_f32(target.backend(), bias);
   return L;
 }
 
-DeviceLinear device_linear(DeviceWeights& d, Model& target, const std::string& name, const Linear& l) {
-  return device_linear(d, target, name, l.out, l.in, l.w.data(), l.b);
+void apply(Backend& be, const DeviceLinear& L, const Tensor& x, const Tensor& y) {
+  L.w->matmul(x, y);
+  if (L.bias) be.mul_add_rows(y, Tensor(), Tensor::f32(static_cast<float*>(L.bias->data()), 1, y.cols), y.rows, y);
 }
-
-}  // namespace
 
 std::shared_ptr<const DeviceWeights> load_device_weights(const BackboneWeights& w, Model& target) {
   auto d = std::make_shared<DeviceWeights>();
@@ -85,18 +86,18 @@ std::shared_ptr<const DeviceWeights> load_device_weights(const BackboneWeights& 
     for (int64_t o = 0; o < H; ++o)
       std::copy(w.fc.w.begin() + o * taps * H + t * H, w.fc.w.begin() + o * taps * H + (t + 1) * H,
                 part.begin() + o * H);
-    d->fc.push_back(device_linear(*d, target, "fc.tap" + std::to_string(t), H, H, part.data(), {}));
+    d->fc.push_back(load_linear(d->src, target, "fc.tap" + std::to_string(t), H, H, part.data(), {}));
   }
-  d->hidden_norm = upload(be, w.hidden_norm);
-  d->norm = upload(be, w.norm);
+  d->hidden_norm = upload_f32(be, w.hidden_norm);
+  d->norm = upload_f32(be, w.norm);
   for (int l = 0; l < c.layers; ++l) {
     const BackboneLayer& L = w.layers[size_t(l)];
     const std::string p = "layers." + std::to_string(l) + ".";
     DeviceLayer D;
-    D.input_norm = upload(be, L.input_norm);
-    D.post_norm = upload(be, L.post_norm);
-    D.q_norm = upload(be, L.q_norm);
-    D.k_norm = upload(be, L.k_norm);
+    D.input_norm = upload_f32(be, L.input_norm);
+    D.post_norm = upload_f32(be, L.post_norm);
+    D.q_norm = upload_f32(be, L.q_norm);
+    D.k_norm = upload_f32(be, L.k_norm);
     D.q = device_linear(*d, target, p + "self_attn.q_proj", L.q);
     D.k = device_linear(*d, target, p + "self_attn.k_proj", L.k);
     D.v = device_linear(*d, target, p + "self_attn.v_proj", L.v);
@@ -148,19 +149,14 @@ void DeviceBackbone::reserve(int64_t rows) {
   capacity_ = cap;
 }
 
-void DeviceBackbone::linear(const DeviceLinear& L, const Tensor& x, const Tensor& y) {
-  L.w->matmul(x, y);
-  if (L.bias) be_.add(y, buf(L.bias, y.rows, y.cols), y);
-}
-
 void DeviceBackbone::project_kv(size_t l, const Tensor& h, int64_t n) {
   const BackboneConfig& c = w_->c;
   const DeviceLayer& L = w_->layers[l];
   const int64_t kd = int64_t(c.kv_heads) * c.head_dim;
   const Tensor k = buf(k_[l], capacity_, kd).slice_rows(rows_, n);
   const Tensor v = buf(v_[l], capacity_, kd).slice_rows(rows_, n);
-  linear(L.k, h, k);
-  linear(L.v, h, v);
+  apply(be_, L.k, h, k);
+  apply(be_, L.v, h, v);
   const Tensor heads(k.data, DType::F32, n * c.kv_heads, c.head_dim);
   be_.rms_norm(heads, static_cast<const float*>(L.k_norm->data()), c.eps, heads);
   be_.rope(k, c.kv_heads, c.head_dim, rows_, c.rope_theta);
@@ -203,19 +199,19 @@ void DeviceBackbone::run_block(const Tensor& x, const Tensor& out) {
   for (size_t l = 0; l < w_->layers.size(); ++l) {
     const DeviceLayer& L = w_->layers[l];
     be_.rms_norm(x, static_cast<const float*>(L.input_norm->data()), c.eps, h);
-    linear(L.q, h, q);
+    apply(be_, L.q, h, q);
     const Tensor qh(q.data, DType::F32, B * c.heads, hd);
     be_.rms_norm(qh, static_cast<const float*>(L.q_norm->data()), c.eps, qh);
     be_.rope(q, c.heads, int(hd), T, c.rope_theta);
     // The block's K/V go into the cache rows after the context, which the next append overwrites.
     project_kv(l, h, B);
     be_.attention_full(q, buf(k_[l], T + B, kd), buf(v_[l], T + B, kd), T + B, c.heads, c.kv_heads, int(hd), att);
-    linear(L.o, att, d);
+    apply(be_, L.o, att, d);
     be_.add_rms_norm(x, d, static_cast<const float*>(L.post_norm->data()), c.eps, h);
-    linear(L.gate, h, g);
-    linear(L.up, h, u);
+    apply(be_, L.gate, h, g);
+    apply(be_, L.up, h, u);
     be_.silu_mul(g, u, g);
-    linear(L.down, g, d);
+    apply(be_, L.down, g, d);
     be_.add(x, d, x);
   }
   be_.rms_norm(x.slice_rows(1, B - 1), static_cast<const float*>(w_->norm->data()), c.eps, out);

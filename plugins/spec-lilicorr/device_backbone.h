@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backbone.h"
@@ -25,8 +26,22 @@ namespace tandem::lilicorr {
 
 struct DeviceLinear {
   std::unique_ptr<QuantizedTensor> w;
-  std::unique_ptr<Buffer> bias;  // [kRowChunk, out]: the bias repeated per row, or null
+  std::unique_ptr<Buffer> bias;  // [1, out], or null
 };
+
+// What loaded device weights were made from (a host weight may point into it).
+struct WeightSource {
+  std::deque<std::vector<uint8_t>> bytes;
+  std::deque<RawTensor> raws;
+};
+
+// W [out, in] (host f32, row-major) loaded by the target's formats as a weight named `name`: BF16 when
+// every value is a BF16 number (a BF16 checkpoint's, read exactly), else F32; `bias` empty or [out].
+DeviceLinear load_linear(WeightSource& src, Model& target, const std::string& name, int64_t out, int64_t in,
+                         const float* w, const std::vector<float>& bias);
+std::unique_ptr<Buffer> upload_f32(Backend& be, const std::vector<float>& v);
+// y = x·Wᵀ (+ b) on the backend (queued).
+void apply(Backend& be, const DeviceLinear& L, const Tensor& x, const Tensor& y);
 
 struct DeviceLayer {
   std::unique_ptr<Buffer> input_norm, post_norm, q_norm, k_norm;
@@ -42,9 +57,7 @@ struct DeviceWeights {
   std::vector<DeviceLinear> fc;  // per tap: the columns of fc that multiply that tap, [H, H]
   std::unique_ptr<Buffer> hidden_norm, norm;
   std::vector<DeviceLayer> layers;
-  // What the loaded weights were made from (a host weight may point into it).
-  std::deque<std::vector<uint8_t>> bytes;
-  std::deque<RawTensor> raws;
+  WeightSource src;
 };
 
 // Loads `w` onto the target's backend with the target's formats.
@@ -69,7 +82,6 @@ class DeviceBackbone {
   void reserve(int64_t rows);
   // k = rope(k_norm(k_proj(h))), v = v_proj(h) for n rows into cache rows at rows_ of layer l.
   void project_kv(size_t l, const Tensor& h, int64_t n);
-  void linear(const DeviceLinear& L, const Tensor& x, const Tensor& y);
   Tensor buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const;
 
   Backend& be_;

@@ -12,9 +12,12 @@
 
 namespace tandem::lilicorr {
 
-LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w,
-                         std::shared_ptr<const DeviceWeights> dw)
-    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, std::move(dw)) {
+LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
+                         int64_t head_rows)
+    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone) {
+  check(bool(w_->head) == bool(dw.head), "lilicorr: the head's device weights ", dw.head ? "are" : "are not",
+        " loaded, the checkpoint ", w_->head ? "has" : "has no", " head");
+  if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, head_rows);
   const BackboneConfig& c = w_->backbone.c;
   const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
   // Every buffer now: none comes or goes while the target records graphs.
@@ -112,13 +115,9 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   if (!w_->head) {
     block_ = cand_;
   } else {
-    const HeadWeights& hw = *w_->head;
-    std::vector<float> emb(size_t(S * K * H));
     const Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
     ctx_.embedding->get_rows(cand_.data(), int(S * K), ce);
-    be.download(emb.data(), ce.data, ce.nbytes());
-    const std::vector<float> pass = backbone_rows(), anchor = anchor_row();
-    score(hw, int(S), emb.data(), logp_.data(), pass.data(), anchor.data(), true, scores_);
+    head_->score(ce, logp_.data(), rows, dev_.last_row(), true, scores_);
     path_ = greedy_path(scores_, int(S), K);
     for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand_[size_t(s * K + path_[size_t(s)])];
   }
@@ -128,6 +127,7 @@ void LiliDrafter::propose(int max_n, Draft& out) {
 
 std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, SpeculatorSettings& settings) {
   std::string path = settings.text("path", "");
+  const int64_t head_rows = settings.integer("head_rows", kHeadMatmulRows, 0, 1 << 20);
   settings.finish();
   check(!path.empty(), settings.source().empty() ? "" : settings.source() + ": ",
         "key 'draft.lilicorr.path' is required (the drafter's checkpoint folder)");
@@ -161,14 +161,17 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
   if (w->head)
     check(w->head->c.topk <= ctx.vocab, "lilicorr: ", path, ": candidate top-", w->head->c.topk,
           " exceeds the target's vocabulary of ", ctx.vocab);
-  std::shared_ptr<const DeviceWeights> dw;
+  OnTarget dw;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = on_target_[{key, ctx.target->serial()}];
-    if (!slot) slot = load_device_weights(w->backbone, *ctx.target);
+    OnTarget& slot = on_target_[{key, ctx.target->serial()}];
+    if (!slot.backbone) {
+      slot.backbone = load_device_weights(w->backbone, *ctx.target);
+      if (w->head) slot.head = load_device_head(*w->head, *ctx.target);
+    }
     dw = slot;
   }
-  return std::make_unique<LiliDrafter>(ctx, std::move(w), std::move(dw));
+  return std::make_unique<LiliDrafter>(ctx, std::move(w), dw, head_rows);
 }
 
 void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, SpeculatorSettings& settings,

@@ -2,10 +2,11 @@
 // LiLiCorr head when the checkpoint has one (spec/lilicorr.md, spec/speculation.md § 2.3).
 // The backbone runs on the target's backend (device_backbone.h: the target's formats and Backend ops,
 // one code path for CPU and CUDA), then the target's LM head and the candidates' top-K (or the argmax)
-// there too; only the candidates' ids and log-probabilities come back. The head still runs on the
-// host in fp32 (head.cpp) from downloaded rows.
-// Owner: the factory keeps one DrafterWeights per checkpoint path and one DeviceWeights per
-// (checkpoint, target), shared by their drafters; a drafter owns its sequence's context cache.
+// there too, then the head (device_head.h); only the candidates' ids and log-probabilities and the
+// head's start/pair scores come back, and the greedy walk runs on the host. head.cpp and backbone.cpp
+// are the fp32 host reference of the tests.
+// Owner: the factory keeps one DrafterWeights per checkpoint path and one OnTarget per (checkpoint,
+// target), shared by their drafters; a drafter owns its sequence's context cache.
 // Thread: the engine thread. Sync: propose() returns host tokens; its downloads synchronize with the
 // target's stream.
 #pragma once
@@ -17,15 +18,23 @@
 
 #include "checkpoint.h"
 #include "device_backbone.h"
+#include "device_head.h"
 #include "tandem/backend.h"
 #include "tandem/speculator.h"
 
 namespace tandem::lilicorr {
 
+// A checkpoint's weights loaded on one target's device.
+struct OnTarget {
+  std::shared_ptr<const DeviceWeights> backbone;
+  std::shared_ptr<const DeviceHeadWeights> head;  // null without a head
+};
+
 class LiliDrafter : public Speculator {
  public:
-  LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w,
-              std::shared_ptr<const DeviceWeights> dw);
+  // head_rows: rows per matmul call of the head (DeviceHead; 0 = all at once).
+  LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
+              int64_t head_rows = kHeadMatmulRows);
   void begin(const int32_t* prompt, size_t n) override;
   void observe(const int32_t* tokens, size_t n) override;
   std::vector<int> hidden_layers() const override { return w_->backbone.c.target_layers; }
@@ -51,6 +60,7 @@ class LiliDrafter : public Speculator {
   SpeculatorContext ctx_;
   std::shared_ptr<const DrafterWeights> w_;
   DeviceBackbone dev_;
+  std::unique_ptr<DeviceHead> head_;  // null without a head
   int64_t fed_ = 0;             // positions whose states arrived
   int64_t committed_ = 0;       // tokens committed (prompt included)
   int32_t last_ = -1;           // the last committed token (the next block's anchor)
@@ -72,7 +82,7 @@ class LiliFactory : public SpeculatorFactory {
   std::map<std::string, std::shared_ptr<const DrafterWeights>> loaded_;  // kept for the factory's life
   // Per checkpoint and target (Model::serial()), also kept for the factory's life: a sequence's drafter
   // comes and goes, the weights on the device stay.
-  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const DeviceWeights>> on_target_;
+  std::map<std::pair<std::string, uint64_t>, OnTarget> on_target_;
 };
 
 }  // namespace tandem::lilicorr

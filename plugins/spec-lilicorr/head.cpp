@@ -60,6 +60,25 @@ void mlp(const Linear& up, const Linear& down, const float* x, int64_t n, std::v
 
 }  // namespace
 
+void lattice_features(int slots, int topk, const float* logp, const std::vector<float>& norm_w,
+                      const std::vector<float>& norm_b, float* feat) {
+  const int64_t K = topk, n = slots * K;
+  for (int s = 0; s < slots; ++s) {
+    float mx = -INFINITY;
+    for (int64_t k = 0; k < K; ++k) mx = std::max(mx, logp[s * K + k]);
+    for (int64_t k = 0; k < K; ++k) {
+      const float l = logp[s * K + k];
+      float* f = feat + (s * K + k) * 5;
+      f[0] = l;
+      f[1] = std::exp(l);
+      f[2] = l - mx;
+      f[3] = float(k) / float(std::max<int64_t>(K - 1, 1));
+      f[4] = k == 0 ? 1.0f : 0.0f;
+    }
+  }
+  layer_norm(feat, n, 5, norm_w, norm_b, 1e-5f);
+}
+
 void score(const HeadWeights& w, int slots, const float* emb, const float* logp, const float* pass,
            const float* anchor, bool anchor_valid, HeadScores& out) {
   const HeadConfig& c = w.c;
@@ -72,20 +91,7 @@ void score(const HeadWeights& w, int slots, const float* emb, const float* logp,
   else w.token_proj.apply(emb, n, x);
   w.pass_hidden_proj.apply(pass, slots, t);
   std::vector<float> feat(size_t(n * 5));
-  for (int s = 0; s < slots; ++s) {
-    float mx = -INFINITY;
-    for (int64_t k = 0; k < K; ++k) mx = std::max(mx, logp[s * K + k]);
-    for (int64_t k = 0; k < K; ++k) {
-      const float l = logp[s * K + k];
-      float* f = feat.data() + (s * K + k) * 5;
-      f[0] = l;
-      f[1] = std::exp(l);
-      f[2] = l - mx;
-      f[3] = float(k) / float(std::max<int64_t>(K - 1, 1));
-      f[4] = k == 0 ? 1.0f : 0.0f;
-    }
-  }
-  layer_norm(feat.data(), n, 5, w.feature_norm_w, w.feature_norm_b, 1e-5f);
+  lattice_features(slots, c.topk, logp, w.feature_norm_w, w.feature_norm_b, feat.data());
   std::vector<float> fm;
   mlp(w.feature_up, w.feature_down, feat.data(), n, fm);
   for (int64_t i = 0; i < n; ++i) {

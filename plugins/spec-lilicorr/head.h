@@ -50,6 +50,11 @@ struct HeadScores {
   std::vector<float> start, pairs;
 };
 
+// The nodes' features LayerNorm([ℓ, e^ℓ, ℓ − max_k ℓ, k/(K − 1), [k = 0]]) (weights norm_w, norm_b [5])
+// for `slots` slots of logp [slots·K] into feat [slots·K, 5] (host fp32; the device head uploads them).
+void lattice_features(int slots, int topk, const float* logp, const std::vector<float>& norm_w,
+                      const std::vector<float>& norm_b, float* feat);
+
 // Scores the lattice of `slots` slots (1 … S; the first `slots` of the trained ones):
 // emb [slots·K, H] (target embeddings of the candidates, slot-major), logp [slots·K] (their
 // vocabulary-normalised log-probabilities, descending per slot), pass [slots, H] (the backbone's

@@ -165,6 +165,35 @@ class Backend {
     fail("backend '", device(), "' has no top_k_logprobs");
   }
 
+  // Ops of the LiLiCorr head (a lattice of candidate nodes; plugins/spec-lilicorr/device_head.h), optional
+  // like the drafter ops above.
+  // Broadcast rows: out[r] = x[r] ⊙ a[r / group] + b[r / group] for the rows r of x [n, D]; a and b are
+  // [n / group, D] (group ≥ 1 divides n), and an empty one (data null) stands for 1 or 0. out [n, D]
+  // may alias x. (A bias row: b [1, D], group n; a per-slot row: group = the slot's node count.)
+  virtual void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
+    (void)x, (void)a, (void)b, (void)group, (void)out;
+    fail("backend '", device(), "' has no mul_add_rows");
+  }
+  // Attention of n rows among themselves with an additive bias, no mask: for head h and row i,
+  // out[i] = Σ_j softmax_j(q_i·k_j·hd^−0.5 + bias[h·n + i, j])·v_j. q, k, v, out [n, heads·hd];
+  // bias [heads·n, n]. Softmax in fp32.
+  virtual void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                              const Tensor& out) {
+    (void)q, (void)k, (void)v, (void)bias, (void)heads, (void)hd, (void)out;
+    fail("backend '", device(), "' has no attention_bias");
+  }
+  // x ← x / max(‖x‖₂, eps) per row, in place.
+  virtual void normalize_rows(const Tensor& x, float eps) {
+    (void)x, (void)eps;
+    fail("backend '", device(), "' has no normalize_rows");
+  }
+  // Dot products within groups: a [G·ka, F], b [G·kb, F], out [G, ka·kb] with
+  // out[g, i·kb + j] = scale·⟨a[g·ka + i], b[g·kb + j]⟩ (the dot in fp32, then times scale).
+  virtual void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) {
+    (void)a, (void)b, (void)groups, (void)scale, (void)out;
+    fail("backend '", device(), "' has no group_dots");
+  }
+
   // Picks one token from logits [V] (host or device memory of this backend).
   virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) = 0;
 

@@ -23,4 +23,32 @@ inline void check_ptr(const char* op, const char* name, const void* p) {
   check(p != nullptr, op, ": ", name, " is null");
 }
 
+// The LiLiCorr head's ops (Backend::mul_add_rows, attention_bias, normalize_rows, group_dots).
+inline void check_mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
+  check(group >= 1 && x.rows % group == 0, "mul_add_rows: group ", group, " does not divide ", x.rows, " rows");
+  check_tensor("mul_add_rows", "x", x, x.rows, x.cols);
+  if (a.data) check_tensor("mul_add_rows", "a", a, x.rows / group, x.cols);
+  if (b.data) check_tensor("mul_add_rows", "b", b, x.rows / group, x.cols);
+  check_tensor("mul_add_rows", "out", out, x.rows, x.cols);
+}
+
+inline void check_attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads,
+                                 int hd, const Tensor& out) {
+  check(heads > 0 && hd > 0, "attention_bias: heads and head_dim must be positive, found heads=", heads, " hd=", hd);
+  const int64_t n = q.rows, w = int64_t(heads) * hd;
+  check_tensor("attention_bias", "q", q, n, w);
+  check_tensor("attention_bias", "k", k, n, w);
+  check_tensor("attention_bias", "v", v, n, w);
+  check_tensor("attention_bias", "bias", bias, int64_t(heads) * n, n);
+  check_tensor("attention_bias", "out", out, n, w);
+}
+
+inline void check_group_dots(const Tensor& a, const Tensor& b, int64_t groups, const Tensor& out) {
+  check(groups >= 1 && a.rows % groups == 0 && b.rows % groups == 0 && a.rows > 0 && b.rows > 0,
+        "group_dots: ", groups, " groups must divide a's ", a.rows, " and b's ", b.rows, " rows");
+  check_tensor("group_dots", "a", a, a.rows, a.cols);
+  check_tensor("group_dots", "b", b, b.rows, a.cols);
+  check_tensor("group_dots", "out", out, groups, (a.rows / groups) * (b.rows / groups));
+}
+
 }  // namespace tandem

@@ -1,5 +1,5 @@
-// The drafter ops of the CPU backend (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs)
-// against float64 references and cases with known answers.
+// The drafter ops of the CPU backend (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs, and
+// the head's attention_bias) against float64 references and cases with known answers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,14 +35,11 @@ TEST(CpuDrafterOps, RopeTurnsEachPairByItsAngle) {
   EXPECT_THROW(be.rope(Tensor::f32(z.data(), 1, heads * hd), heads * 2, hd / 2 + 1, 0, 1e4), Error);
 }
 
-TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
-  cpu::CpuBackend be;
-  const int nq = 4, nkv = 2, hd = 8;
-  const int64_t n = 3, rows = 6, qw = nq * hd, kw = nkv * hd;
-  auto q = random_vec(size_t(n * qw), 2), k = random_vec(size_t((rows + 2) * kw), 3), v = random_vec(size_t((rows + 2) * kw), 4);
-  std::vector<float> out(size_t(n * qw), NAN);
-  be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw), Tensor::f32(v.data(), rows + 2, kw),
-                    rows, nq, nkv, hd, Tensor::f32(out.data(), n, qw));
+// max |out − reference| of attention with every row of q [n, nq·hd] over key rows 0 … rows − 1 of k, v
+// (rows of nkv·hd), in float64; bias null or [nq·n, rows] added to the scaled scores.
+double attention_err(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t n,
+                     int64_t rows, int nq, int nkv, int hd, const float* bias, const std::vector<float>& out) {
+  const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
   double worst = 0;
   for (int64_t r = 0; r < n; ++r)
     for (int h = 0; h < nq; ++h) {
@@ -52,7 +49,7 @@ TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
       for (int64_t j = 0; j < rows; ++j) {
         double d = 0;
         for (int e = 0; e < hd; ++e) d += double(q[size_t(r * qw + h * hd + e)]) * k[size_t(j * kw + g * hd + e)];
-        p[size_t(j)] = d / std::sqrt(double(hd));
+        p[size_t(j)] = d / std::sqrt(double(hd)) + (bias ? bias[(h * n + r) * rows + j] : 0.0);
         mx = std::max(mx, p[size_t(j)]);
       }
       for (double& s : p) sum += s = std::exp(s - mx);
@@ -62,9 +59,47 @@ TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
         worst = std::max(worst, std::abs(o - out[size_t(r * qw + h * hd + e)]));
       }
     }
+  return worst;
+}
+
+TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
+  cpu::CpuBackend be;
+  const int nq = 4, nkv = 2, hd = 8;
+  const int64_t n = 3, rows = 6, qw = nq * hd, kw = nkv * hd;
+  auto q = random_vec(size_t(n * qw), 2), k = random_vec(size_t((rows + 2) * kw), 3), v = random_vec(size_t((rows + 2) * kw), 4);
+  std::vector<float> out(size_t(n * qw), NAN);
+  be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw), Tensor::f32(v.data(), rows + 2, kw),
+                    rows, nq, nkv, hd, Tensor::f32(out.data(), n, qw));
+  const double worst = attention_err(q, k, v, n, rows, nq, nkv, hd, nullptr, out);
   EXPECT_LT(worst, 1e-5);
   EXPECT_THROW(be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw),
                                  Tensor::f32(v.data(), rows + 2, kw), rows + 3, nq, nkv, hd, Tensor::f32(out.data(), n, qw)),
+               Error);
+}
+
+TEST(CpuDrafterOps, AttentionBiasAddsTheBiasOfEachHeadAndPair) {
+  cpu::CpuBackend be;
+  for (auto [n, heads, hd] : {std::tuple{6, 2, 8}, std::tuple{1, 1, 4}, std::tuple{21, 3, 16}}) {
+    const int64_t w = int64_t(heads) * hd;
+    auto q = random_vec(size_t(n * w), 4), k = random_vec(size_t(n * w), 5), v = random_vec(size_t(n * w), 6);
+    auto bias = random_vec(size_t(heads * n * n), 7, -3.f, 3.f);
+    std::vector<float> out(size_t(n * w), NAN);
+    be.attention_bias(Tensor::f32(q.data(), n, w), Tensor::f32(k.data(), n, w), Tensor::f32(v.data(), n, w),
+                      Tensor::f32(bias.data(), heads * n, n), heads, hd, Tensor::f32(out.data(), n, w));
+    const double worst = attention_err(q, k, v, n, n, heads, heads, hd, bias.data(), out);
+    EXPECT_LT(worst, 1e-5) << n << " rows, " << heads << " heads";
+  }
+  // A bias of −∞ but on one key picks that key's value.
+  const int n = 3, hd = 2;
+  std::vector<float> q(6, 1.f), k = {1, 0, 0, 1, 1, 1}, v = {1, 2, 3, 4, 5, 6}, out(6);
+  std::vector<float> bias(9, -INFINITY);
+  bias[0 * 3 + 2] = bias[1 * 3 + 0] = bias[2 * 3 + 1] = 0.f;
+  be.attention_bias(Tensor::f32(q.data(), n, hd), Tensor::f32(k.data(), n, hd), Tensor::f32(v.data(), n, hd),
+                    Tensor::f32(bias.data(), n, n), 1, hd, Tensor::f32(out.data(), n, hd));
+  EXPECT_EQ(out, (std::vector<float>{5, 6, 1, 2, 3, 4}));
+  EXPECT_THROW(be.attention_bias(Tensor::f32(q.data(), n, hd), Tensor::f32(k.data(), n, hd),
+                                 Tensor::f32(v.data(), n, hd), Tensor::f32(bias.data(), 1, 9), 1, hd,
+                                 Tensor::f32(out.data(), n, hd)),
                Error);
 }
 

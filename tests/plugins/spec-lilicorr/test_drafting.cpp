@@ -330,6 +330,31 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
     EXPECT_EQ(lili.last_block(), lili.last_candidates()) << what << ": argmax drafts";
     return checked == S;
   }
+  // The device head alone: the host head on the drafter's own inputs (its backbone rows, anchor row,
+  // candidates and their log-probabilities) gives its scores within the weights' rounding (BF16 exact,
+  // fp32 sums in another order, and on the GPU other reduction trees and expf).
+  const float head_tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f;
+  {
+    Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
+    m.embedding().get_rows(lili.last_candidates().data(), int(S * K), ce);
+    std::vector<float> emb(size_t(S * K * H));
+    be.download(emb.data(), ce.data, ce.nbytes());
+    lilicorr::HeadScores own;
+    lilicorr::score(*ref.head, int(S), emb.data(), lili.last_logp().data(), lili.backbone_rows().data(),
+                    lili.anchor_row().data(), true, own);
+    const float lambda = ref.head->c.logit_scale;
+    const float start_err = max_diff(lili.last_scores().start, own.start) / lambda;
+    const float pair_err = max_diff(lili.last_scores().pairs, own.pairs) / lambda;
+    EXPECT_LT(start_err, head_tol) << what << ": the device head's start scores / logit_scale";
+    EXPECT_LT(pair_err, head_tol) << what << ": the device head's pair scores / logit_scale";
+    const std::vector<int> walk = lilicorr::greedy_path(own, int(S), K);
+    bool clear = top2_margin(own.start.data(), K) > 20 * head_tol * lambda;
+    for (int64_t s = 0; s + 1 < S && clear; ++s)
+      clear = top2_margin(own.pairs.data() + (s * K + walk[size_t(s)]) * K, K) > 20 * head_tol * lambda;
+    if (clear) EXPECT_EQ(lili.last_path(), walk) << what << ": the walk on the device head's scores";
+    std::printf("%s: device head vs host head on the same inputs: start %.3g, pairs %.3g (× logit_scale %g), walk %s\n",
+                what.c_str(), start_err, pair_err, lambda, clear ? "compared" : "near a tie");
+  }
   // The head on the reference's candidates.
   Tensor ce = Tensor::f32(static_cast<float*>(dev->data()), S * K, H);
   m.embedding().get_rows(cand.data(), int(S * K), ce);
@@ -351,8 +376,9 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
   return true;
 }
 
-// The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K) against the host
-// fp32 reference (backbone.cpp, head.cpp, the CPU backend's top-K) on the same committed rows: after a
+// The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K, device_head.cpp)
+// against the host fp32 reference (backbone.cpp, head.cpp, the CPU backend's top-K) on the same committed
+// rows, and the device head against the host head on the drafter's own inputs: after a
 // short prompt and after one past several 64-row append chunks (the cache grows), then after plain
 // steps that commit one row each. With and without the head.
 TEST_F(LilicorrDrafting, TheDeviceStepMatchesTheHostReference) {
@@ -479,6 +505,48 @@ TEST_F(LilicorrDrafting, TheFittedDrafterInSeededSampledRuns) {
       t.drafted += dm.drafters[0].drafted_tokens, t.accepted += dm.drafters[0].accepted_tokens;
     }
   expect_partial(t, "fitted lilicorr, sampled at temperature " + std::to_string(kFittedTemperature));
+}
+
+// The device head alone (device_head.cpp) against the host head on random inputs of the checkpoint's
+// shapes, with the anchor row and without one (context_proj(a) times 0), at several rows per matmul.
+TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) {
+  auto m = load_target();
+  test::TempDir dir("lilicorr");
+  const auto ref = lilicorr::load_drafter(synthesize(dir, m->desc(), true));
+  ASSERT_TRUE(ref->head);
+  const lilicorr::HeadWeights& hw = *ref->head;
+  const int64_t S = hw.c.slots(), K = hw.c.topk, H = hw.c.model_hidden;
+  const auto dw = lilicorr::load_device_head(hw, *m);
+  Backend& be = m->backend();
+  auto emb = test::random_vec(size_t(S * K * H), 11), pass = test::random_vec(size_t(S * H), 12, -2.f, 2.f);
+  auto anchor = test::random_vec(size_t(H), 13, -2.f, 2.f), logp = test::random_vec(size_t(S * K), 14, -9.f, -0.01f);
+  for (int64_t s = 0; s < S; ++s) std::sort(logp.begin() + s * K, logp.begin() + (s + 1) * K, std::greater<float>());
+  auto up = [&](const std::vector<float>& v) {
+    auto b = be.alloc(v.size() * sizeof(float));
+    be.upload(b->data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  auto de = up(emb), dp = up(pass), da = up(anchor);
+  const float tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f, lambda = hw.c.logit_scale;
+  // Matmuls in calls of 16 rows (the default), 5 rows (a short last call) and all S·K rows at once.
+  for (auto [valid, rows] : {std::pair{true, int64_t(16)}, std::pair{false, int64_t(16)}, std::pair{true, int64_t(5)},
+                             std::pair{true, int64_t(0)}}) {
+    lilicorr::DeviceHead head(be, dw, rows);
+    lilicorr::HeadScores got, want;
+    head.score(Tensor::f32(static_cast<float*>(de->data()), S * K, H), logp.data(),
+               Tensor::f32(static_cast<float*>(dp->data()), S, H), Tensor::f32(static_cast<float*>(da->data()), 1, H),
+               valid, got);
+    lilicorr::score(hw, int(S), emb.data(), logp.data(), pass.data(), anchor.data(), valid, want);
+    ASSERT_EQ(got.start.size(), size_t(K));
+    ASSERT_EQ(got.pairs.size(), size_t((S - 1) * K * K));
+    const std::string what = std::string(valid ? "anchor" : "no anchor") + ", " + std::to_string(rows) + " rows a call";
+    EXPECT_LT(max_diff(got.start, want.start) / lambda, tol) << what << ": start";
+    EXPECT_LT(max_diff(got.pairs, want.pairs) / lambda, tol) << what << ": pairs";
+    // Scores that depend on the inputs, not a constant: the slots' rows differ.
+    EXPECT_GT(max_diff(std::vector<float>(want.pairs.begin(), want.pairs.begin() + K * K),
+                       std::vector<float>(want.pairs.end() - K * K, want.pairs.end())),
+              1e-3f);
+  }
 }
 
 }  // namespace

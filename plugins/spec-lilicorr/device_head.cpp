@@ -1,0 +1,208 @@
+// The LiLiCorr head on the target's backend (device_head.h).
+#include "device_head.h"
+
+#include <algorithm>
+
+#include "tandem/error.h"
+#include "tandem/model.h"
+
+namespace tandem::lilicorr {
+namespace {
+
+DeviceLinear head_linear(DeviceHeadWeights& d, Model& target, const std::string& name, const Linear& l) {
+  return load_linear(d.src, target, "lilicorr." + name, l.out, l.in, l.w.data(), l.b);
+}
+
+// Rows r0 … r0 + n − 1 of l (with their bias entries).
+Linear rows_of(const Linear& l, int64_t r0, int64_t n) {
+  Linear p;
+  p.out = n, p.in = l.in;
+  p.w.assign(l.w.begin() + r0 * l.in, l.w.begin() + (r0 + n) * l.in);
+  if (!l.b.empty()) p.b.assign(l.b.begin() + r0, l.b.begin() + r0 + n);
+  return p;
+}
+
+// Columns c0 … c0 + n − 1 of l, with its bias or without.
+Linear cols_of(const Linear& l, int64_t c0, int64_t n, bool bias) {
+  Linear p;
+  p.out = l.out, p.in = n;
+  p.w.resize(size_t(l.out * n));
+  for (int64_t o = 0; o < l.out; ++o)
+    std::copy(l.w.begin() + o * l.in + c0, l.w.begin() + o * l.in + c0 + n, p.w.begin() + o * n);
+  if (bias) p.b = l.b;
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, Model& target) {
+  auto d = std::make_shared<DeviceHeadWeights>();
+  const HeadConfig& c = w.c;
+  d->c = c;
+  Backend& be = target.backend();
+  const int64_t S = c.slots(), K = c.topk, n = S * K, Hh = c.hidden, B = c.block, R = 2 * B - 1;
+  check(c.heads > 0 && Hh % c.heads == 0, "lilicorr head: lilicorr_hidden_size ", Hh, " is not a multiple of ",
+        "lilicorr_num_heads ", c.heads);
+  if (!w.token_proj.empty()) d->token_proj = head_linear(*d, target, "token_proj", w.token_proj);
+  d->pass_hidden_proj = head_linear(*d, target, "pass_hidden_proj", w.pass_hidden_proj);
+  d->context_proj = head_linear(*d, target, "context_proj", w.context_proj);
+  d->feature_up = head_linear(*d, target, "feature_mlp.up_proj", w.feature_up);
+  d->feature_down = head_linear(*d, target, "feature_mlp.down_proj", w.feature_down);
+  d->feature_norm_w = w.feature_norm_w;
+  d->feature_norm_b = w.feature_norm_b;
+  std::vector<float> nodes(size_t(n * Hh));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t e = 0; e < Hh; ++e)
+      nodes[size_t(i * Hh + e)] =
+          w.slot_embedding[size_t((i / K) * Hh + e)] + w.rank_embedding[size_t((i % K) * Hh + e)];
+  d->node_embedding = upload_f32(be, nodes);
+  // bias[h, i, j] = rel[h, slot_i − slot_j + B − 1] + same[h]·[slot_i = slot_j], as head.cpp adds them.
+  std::vector<float> bias(size_t(c.heads * n * n));
+  for (int h = 0; h < c.heads; ++h)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t si = i / K, sj = j / K;
+        float b = w.relative_slot_bias[size_t(h * R + (si - sj + B - 1))];
+        if (si == sj) b += w.same_slot_bias[size_t(h)];
+        bias[size_t((h * n + i) * n + j)] = b;
+      }
+  d->attention_bias = upload_f32(be, bias);
+  for (size_t j = 0; j < w.layers.size(); ++j) {
+    const HeadLayer& L = w.layers[j];
+    const std::string p = "layers." + std::to_string(j) + ".";
+    DeviceHeadLayer D;
+    D.attn_norm = upload_f32(be, L.attn_norm);
+    D.mlp_norm = upload_f32(be, L.mlp_norm);
+    D.q = head_linear(*d, target, p + "attn.q", rows_of(L.in_proj, 0, Hh));
+    D.k = head_linear(*d, target, p + "attn.k", rows_of(L.in_proj, Hh, Hh));
+    D.v = head_linear(*d, target, p + "attn.v", rows_of(L.in_proj, 2 * Hh, Hh));
+    D.out_proj = head_linear(*d, target, p + "attn.out_proj", L.out_proj);
+    D.up = head_linear(*d, target, p + "mlp.up_proj", L.up);
+    D.down = head_linear(*d, target, p + "mlp.down_proj", L.down);
+    d->layers.push_back(std::move(D));
+  }
+  d->output_norm = upload_f32(be, w.output_norm);
+  d->anchor_norm = upload_f32(be, w.anchor_norm);
+  d->factor_y = head_linear(*d, target, "factor_input_proj.y", cols_of(w.factor_input_proj, 0, Hh, true));
+  d->factor_a = head_linear(*d, target, "factor_input_proj.anchor", cols_of(w.factor_input_proj, Hh, Hh, false));
+  d->factor_ya = head_linear(*d, target, "factor_input_proj.product", cols_of(w.factor_input_proj, 2 * Hh, Hh, false));
+  d->out_head = head_linear(*d, target, "out_head", w.out_head);
+  d->in_head = head_linear(*d, target, "in_head", w.in_head);
+  d->anchor_out_head = head_linear(*d, target, "anchor_out_head", w.anchor_out_head);
+  return d;
+}
+
+DeviceHead::DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights> w, int64_t matmul_rows)
+    : be_(backend), w_(std::move(w)), matmul_rows_(matmul_rows) {
+  check(matmul_rows_ >= 0, "lilicorr head: ", matmul_rows_, " rows per matmul, expected 0 (all) or more");
+  const HeadConfig& c = w_->c;
+  const int64_t S = c.slots(), K = c.topk, n = S * K, Hh = c.hidden, F = c.factor;
+  // Every buffer now: none comes or goes while the target records graphs.
+  auto f32 = [&](int64_t m) { return be_.alloc(size_t(std::max<int64_t>(m, 1)) * sizeof(float)); };
+  feat_.resize(size_t(n * 5));
+  feat_dev_ = f32(n * 5);
+  x_ = f32(n * Hh), h_ = f32(n * Hh), d_ = f32(n * Hh);
+  q_ = f32(n * Hh), k_ = f32(n * Hh), v_ = f32(n * Hh), att_ = f32(n * Hh);
+  const int64_t wide = std::max(c.mlp, Hh);
+  u_ = f32(n * wide);
+  // silu(x) = silu_mul(x, 1): exact, and no op of its own.
+  ones_ = f32(n * wide);
+  const std::vector<float> ones(size_t(n * wide), 1.0f);
+  be_.upload(ones_->data(), ones.data(), ones.size() * sizeof(float));
+  t_ = f32(S * Hh), alpha_ = f32(Hh), ga_ = f32(Hh);
+  o_ = f32(n * F), in_ = f32(n * F), ao_ = f32(F);
+  scores_ = f32(K + (S - 1) * K * K);
+}
+
+Tensor DeviceHead::buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const {
+  return Tensor::f32(static_cast<float*>(b->data()), rows, cols);
+}
+
+void DeviceHead::linear(const DeviceLinear& L, const Tensor& x, const Tensor& y) {
+  const int64_t step = matmul_rows_ > 0 ? matmul_rows_ : x.rows;
+  for (int64_t r = 0; r < x.rows; r += step) {
+    const int64_t m = std::min(step, x.rows - r);
+    L.w->matmul(x.slice_rows(r, m), y.slice_rows(r, m));
+  }
+  if (L.bias) be_.mul_add_rows(y, Tensor(), buf(L.bias, 1, y.cols), y.rows, y);
+}
+
+void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass, const Tensor& anchor, bool anchor_valid,
+                       HeadScores& out) {
+  const DeviceHeadWeights& W = *w_;
+  const HeadConfig& c = W.c;
+  const int64_t S = c.slots(), K = c.topk, n = S * K, H = c.model_hidden, Hh = c.hidden, F = c.factor;
+  const int hd = int(Hh / c.heads);
+  check(emb.rows == n && emb.cols == H && pass.rows == S && pass.cols == H && anchor.rows == 1 && anchor.cols == H,
+        "lilicorr head: candidates ", emb.rows, "×", emb.cols, ", rows ", pass.rows, "×", pass.cols, ", anchor ",
+        anchor.rows, "×", anchor.cols, "; expected ", n, "×", H, ", ", S, "×", H, ", 1×", H);
+  auto norm = [](const std::unique_ptr<Buffer>& b) { return static_cast<const float*>(b->data()); };
+  const Tensor x = buf(x_, n, Hh), h = buf(h_, n, Hh), d = buf(d_, n, Hh), u = buf(u_, n, c.mlp);
+
+  // Nodes: token_proj(E[c]) + feature_mlp(LN(features)) + pass_hidden_proj(p_s) + slot + rank.
+  if (W.token_proj.w) linear(W.token_proj, emb, x);
+  else be_.copy(emb, x);
+  lattice_features(int(S), int(K), logp, W.feature_norm_w, W.feature_norm_b, feat_.data());
+  be_.upload(feat_dev_->data(), feat_.data(), feat_.size() * sizeof(float));
+  linear(W.feature_up, buf(feat_dev_, n, 5), h);
+  be_.silu_mul(h, buf(ones_, n, Hh), h);
+  linear(W.feature_down, h, d);
+  be_.add(x, d, x);
+  const Tensor t = buf(t_, S, Hh);
+  linear(W.pass_hidden_proj, pass, t);
+  be_.mul_add_rows(x, Tensor(), t, K, x);
+  be_.add(x, buf(W.node_embedding, n, Hh), x);
+
+  // Lattice layers, pre-norm, residual.
+  const Tensor q = buf(q_, n, Hh), k = buf(k_, n, Hh), v = buf(v_, n, Hh), att = buf(att_, n, Hh);
+  const Tensor bias = buf(W.attention_bias, int64_t(c.heads) * n, n);
+  for (const DeviceHeadLayer& L : W.layers) {
+    be_.rms_norm(x, norm(L.attn_norm), c.rms_eps, h);
+    linear(L.q, h, q);
+    linear(L.k, h, k);
+    linear(L.v, h, v);
+    be_.attention_bias(q, k, v, bias, c.heads, hd, att);
+    linear(L.out_proj, att, d);
+    be_.add_rms_norm(x, d, norm(L.mlp_norm), c.rms_eps, h);
+    linear(L.up, h, u);
+    be_.silu_mul(u, buf(ones_, n, c.mlp), u);
+    linear(L.down, u, d);
+    be_.add(x, d, x);
+  }
+  const Tensor y = h;
+  be_.rms_norm(x, norm(W.output_norm), c.rms_eps, y);
+
+  // Anchor and factors: g = silu(W_y·y + b_f + W_α·α + W_{y⊙α}·(y⊙α)).
+  const Tensor alpha = buf(alpha_, 1, Hh), ga = buf(ga_, 1, Hh);
+  linear(W.context_proj, anchor, alpha);
+  if (!anchor_valid) be_.scale_softcap(alpha, 0.0f, 0.0f);
+  be_.rms_norm(alpha, norm(W.anchor_norm), c.rms_eps, alpha);
+  const Tensor g = x;  // the lattice state is spent
+  linear(W.factor_y, y, g);
+  be_.mul_add_rows(y, alpha, Tensor(), n, q);
+  linear(W.factor_ya, q, d);
+  be_.add(g, d, g);
+  linear(W.factor_a, alpha, ga);
+  be_.mul_add_rows(g, Tensor(), ga, n, g);
+  be_.silu_mul(g, buf(ones_, n, Hh), g);
+  const Tensor o = buf(o_, n, F), in = buf(in_, n, F), ao = buf(ao_, 1, F);
+  linear(W.out_head, g, o);
+  linear(W.in_head, g, in);
+  linear(W.anchor_out_head, alpha, ao);
+  be_.normalize_rows(o, c.vector_eps);
+  be_.normalize_rows(in, c.vector_eps);
+  be_.normalize_rows(ao, c.vector_eps);
+
+  // start[k] = λ⟨ao, i[0, k]⟩; pairs[s][k][k′] = λ⟨o[s, k], i[s + 1, k′]⟩: one download.
+  float* sc = static_cast<float*>(scores_->data());
+  be_.group_dots(ao, in.slice_rows(0, K), 1, c.logit_scale, Tensor::f32(sc, 1, K));
+  if (S > 1)
+    be_.group_dots(o.slice_rows(0, (S - 1) * K), in.slice_rows(K, (S - 1) * K), S - 1, c.logit_scale,
+                   Tensor::f32(sc + K, S - 1, K * K));
+  std::vector<float> all(size_t(K + (S - 1) * K * K));
+  be_.download(all.data(), sc, all.size() * sizeof(float));
+  out.start.assign(all.begin(), all.begin() + K);
+  out.pairs.assign(all.begin() + K, all.end());
+}
+
+}  // namespace tandem::lilicorr
