@@ -9,9 +9,9 @@
 #include <random>
 
 #include "counting_backend.h"
+#include "device_only_backend.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
-#include "tandem/error.h"
 #include "tandem/model.h"
 #include "tests/conformance/model_util.h"
 
@@ -19,29 +19,15 @@ namespace tandem::test {
 namespace {
 
 // Only alloc() answers, handing out the CPU backend's buffers and remembering the sizes asked for.
-class AllocOnly final : public Backend {
+class AllocOnly final : public DeviceOnlyBackend {
  public:
+  AllocOnly() : DeviceOnlyBackend("alloc-only") {}
   std::shared_ptr<Backend> cpu = registry().backend("cpu");
   std::vector<size_t> asked;
-  std::string device() const override { return "alloc-only"; }
   std::unique_ptr<Buffer> alloc(size_t bytes) override {
     asked.push_back(bytes);
     return cpu->alloc(bytes);
   }
-  void upload(void*, const void*, size_t) override { fail("test backend: upload"); }
-  void download(void*, const void*, size_t) override { fail("test backend: download"); }
-  void rms_norm(const Tensor&, const float*, float, const Tensor&) override { fail("test backend"); }
-  void gated_rms_norm(const Tensor&, const Tensor&, const float*, int, float, const Tensor&) override {
-    fail("test backend");
-  }
-  void add(const Tensor&, const Tensor&, const Tensor&) override { fail("test backend"); }
-  void relu2(const Tensor&) override { fail("test backend"); }
-  void attention(const Tensor&, const Tensor&, const Tensor&, float*, float*, int64_t, int64_t, int, int, int,
-                 const Tensor&) override {
-    fail("test backend");
-  }
-  void moe_route(const Tensor&, const float*, const RouteParams&, int32_t*, float*) override { fail("test backend"); }
-  int32_t sample(const float*, int64_t, const SamplingParams&, Rng&) override { fail("test backend"); }
 };
 
 TEST(DetachedMemory, DefaultIsAnOrdinaryAllocation) {

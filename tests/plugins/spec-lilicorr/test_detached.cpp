@@ -4,10 +4,9 @@
 // backend wrapping the CPU one (tests/common/counting_backend.h).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "counting_backend.h"
 #include "drafter.h"
+#include "lili_by_hand.h"
 #include "synth.h"
 #include "tandem/drafting.h"
 #include "tandem/parallel.h"
@@ -17,16 +16,6 @@
 using namespace tandem;
 
 namespace {
-
-// A factory that keeps the context the drafting loop gives its drafters.
-struct Grab : SpeculatorFactory {
-  SpeculatorContext ctx;
-  std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
-    s.finish();
-    ctx = c;
-    return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
-  }
-};
 
 TEST(LilicorrDetached, ADrafterLifeLeavesTheMemoryEpoch) {
   auto be = std::make_shared<test::CountingBackend>(test::registry().backend("cpu"));
@@ -43,7 +32,7 @@ TEST(LilicorrDetached, ADrafterLifeLeavesTheMemoryEpoch) {
     SpeculatorSettings s("", "draft.lilicorr", {{"geometry", "tiny"}, {"head", "true"}});
     f.synthesize(path, m->desc(), s, 3);
   }
-  auto grab = std::make_shared<Grab>();
+  auto grab = std::make_shared<test::Grab>();
   Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
   const auto ids = test::read_ids(test::data_path("hf/latent/prompt_200.txt"));
   ASSERT_GE(ids.size(), size_t(200));
@@ -74,13 +63,7 @@ TEST(LilicorrDetached, ADrafterLifeLeavesTheMemoryEpoch) {
       m->forward(*seq, p, ForwardMode::Prefill, logits, false);
       m->commit(*seq, int(p.size()));
     }
-    lili.begin(p.data(), p.size());
-    TargetHidden h;
-    h.pos0 = 0, h.rows = int64_t(p.size()), h.layers = lili.hidden_layers();
-    for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(0, h.rows));
-    lili.observe_prompt(h);
-    const int32_t first = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    lili.observe(&first, 1);
+    test::feed_prompt(lili, *m, p, logits);
     Draft draft;
     lili.propose(31, draft);
     EXPECT_FALSE(draft.tokens.empty());
