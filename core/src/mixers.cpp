@@ -116,8 +116,8 @@ class Attention : public Mixer {
     const auto& s = kv_of(state, pos, "snapshot");
     auto c = std::make_unique<KVState>();
     c->capacity = pos;
-    c->k = be_.alloc(std::max<size_t>(size_t(pos) * row_bytes(), 64));
-    c->v = be_.alloc(std::max<size_t>(size_t(pos) * row_bytes(), 64));
+    c->k = be_.alloc_detached(std::max<size_t>(size_t(pos) * row_bytes(), 64));
+    c->v = be_.alloc_detached(std::max<size_t>(size_t(pos) * row_bytes(), 64));
     copy_rows(s, *c, pos);
     return c;
   }

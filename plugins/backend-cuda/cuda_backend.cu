@@ -51,14 +51,15 @@ class BlockPool {
     return p;
   }
 
-  void put(void* p, size_t size) {
+  // A detached block (CudaBackend::alloc_detached) leaves released_: no live recording holds it.
+  void put(void* p, size_t size, bool detached) {
     std::lock_guard<std::mutex> lock(mu_);
     if (deferring_) {
       pending_.emplace_back(size, p);
     } else {
       free_.emplace(size, p);
     }
-    ++released_;
+    if (!detached) ++released_;
   }
   // While lanes are open, a released block may still be read by another lane's queued work: it is
   // handed out again only after the join, which orders that work before everything that follows.
@@ -108,17 +109,19 @@ class BlockPool {
   std::vector<std::pair<size_t, void*>> pending_;
   bool deferring_ = false;
   size_t held_ = 0, peak_ = 0;
-  uint64_t released_ = 0, handed_out_ = 0;  // graph bookkeeping: buffers returned / handed out so far
+  // Graph bookkeeping: buffers from alloc() returned so far / blocks handed out so far (every kind).
+  uint64_t released_ = 0, handed_out_ = 0;
 };
 
 namespace {
 
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(std::shared_ptr<BlockPool> pool, size_t bytes) : pool_(std::move(pool)), bytes_(bytes) {
+  DeviceBuffer(std::shared_ptr<BlockPool> pool, size_t bytes, bool detached = false)
+      : pool_(std::move(pool)), bytes_(bytes), detached_(detached) {
     data_ = pool_->get(bytes, block_);
   }
-  ~DeviceBuffer() override { pool_->put(data_, block_); }
+  ~DeviceBuffer() override { pool_->put(data_, block_, detached_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
@@ -129,6 +132,7 @@ class DeviceBuffer final : public Buffer {
   std::shared_ptr<BlockPool> pool_;
   void* data_ = nullptr;
   size_t bytes_ = 0, block_ = 0;
+  bool detached_ = false;
 };
 
 // Adds the kernel and copy (memcpy, memset) nodes of a recording, child graphs included; false when
@@ -243,8 +247,16 @@ void CudaBackend::join() {
   pool_->defer(false);
 }
 
-std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
-  auto b = std::make_unique<DeviceBuffer>(pool_, bytes);
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return make_buffer(bytes, false); }
+
+std::unique_ptr<Buffer> CudaBackend::alloc_detached(size_t bytes) {
+  check(!capturing_, "cuda: alloc_detached of ", bytes, " bytes while a graph capture is open (detached memory "
+        "must not be used by recorded work)");
+  return make_buffer(bytes, true);
+}
+
+std::unique_ptr<Buffer> CudaBackend::make_buffer(size_t bytes, bool detached) {
+  auto b = std::make_unique<DeviceBuffer>(pool_, bytes, detached);
   // Zeroed, as the CPU backend's buffers are: a fresh state or cache reads as zeros on every device.
   if (bytes) check_cuda(cudaMemsetAsync(b->data(), 0, bytes, stream()), "alloc: cudaMemsetAsync");
   return b;

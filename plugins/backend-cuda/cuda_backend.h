@@ -29,6 +29,8 @@ class CudaBackend final : public Backend {
   // Blocks are cached on release and handed out again in stream order, so freeing a buffer that
   // queued kernels still read is safe: the next user's work is queued after them.
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  // From the same pool; its release does not move memory_epoch(). Throws while a capture is open.
+  std::unique_ptr<Buffer> alloc_detached(size_t bytes) override;
   void upload(void* dst, const void* src_host, size_t bytes) override;
   void download(void* dst_host, const void* src, size_t bytes) override;
   void synchronize() override;
@@ -81,7 +83,7 @@ class CudaBackend final : public Backend {
   // "TANDEM_CUDA_GRAPHS=0" when that is set (read at each call: Model::load asks once), else "".
   std::string graphs_off_reason() const override;
   std::unique_ptr<Graph> end_capture() override;
-  // Buffers released to the pool so far.
+  // Buffers from alloc() released to the pool so far.
   uint64_t memory_epoch() const override;
 
   // Lanes are streams beside this thread's stream, joined by events (recorded into graphs like the
@@ -99,6 +101,7 @@ class CudaBackend final : public Backend {
   // The split attention's partials for n rows of nq heads of hd (null when n needs none).
   void* attention_workspace(int64_t n, int nq, int hd);
 
+  std::unique_ptr<Buffer> make_buffer(size_t bytes, bool detached);
   bool lanes_enabled() const;
   CUstream_st* lane_stream(int i) const;
 

@@ -159,8 +159,8 @@ std::unique_ptr<LayerState> Mamba2CudaMixer::snapshot(const LayerState& state, i
   auto c = std::make_unique<Mamba2CudaCopy>();
   c->dm = dm_;
   c->pos = st.pos_;
-  c->conv = backend_.alloc(size_t(conv_floats(dm_)) * sizeof(float));
-  c->ssm = backend_.alloc(size_t(ssm_floats(dm_)) * sizeof(float));
+  c->conv = backend_.alloc_detached(size_t(conv_floats(dm_)) * sizeof(float));
+  c->ssm = backend_.alloc_detached(size_t(ssm_floats(dm_)) * sizeof(float));
   copy_floats(backend_, *st.conv_, *c->conv, conv_floats(dm_));
   copy_floats(backend_, *st.ssm_, *c->ssm, ssm_floats(dm_));
   return c;

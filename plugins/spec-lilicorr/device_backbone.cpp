@@ -114,7 +114,7 @@ DeviceBackbone::DeviceBackbone(Backend& backend, std::shared_ptr<const DeviceWei
     : be_(backend), w_(std::move(w)) {
   const BackboneConfig& c = w_->c;
   const int64_t R = kRowChunk, H = c.hidden, qd = int64_t(c.heads) * c.head_dim;
-  auto f32 = [&](int64_t n) { return be_.alloc(size_t(n) * sizeof(float)); };
+  auto f32 = [&](int64_t n) { return be_.alloc_detached(size_t(n) * sizeof(float)); };
   ctx_ = f32(R * H);
   h_ = f32(R * H);
   d_ = f32(R * H);
@@ -141,7 +141,7 @@ void DeviceBackbone::reserve(int64_t rows) {
   const int64_t cap = std::max(rows, 2 * capacity_);
   for (auto* cache : {&k_, &v_})
     for (auto& b : *cache) {
-      auto grown = be_.alloc(size_t(cap * kd) * sizeof(float));
+      auto grown = be_.alloc_detached(size_t(cap * kd) * sizeof(float));
       if (b && rows_ > 0)
         be_.copy(buf(b, rows_, kd), Tensor::f32(static_cast<float*>(grown->data()), rows_, kd));
       b = std::move(grown);

@@ -20,13 +20,14 @@ LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const Dra
   if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, head_rows);
   const BackboneConfig& c = w_->backbone.c;
   const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
-  // Every buffer now: none comes or goes while the target records graphs.
-  auto f32 = [&](int64_t n) { return ctx_.backend->alloc(size_t(n) * sizeof(float)); };
+  // Every buffer now, detached: only the drafter's work outside recordings uses them, so neither they
+  // nor the growing caches (DeviceBackbone) drop the target's recorded graphs when released.
+  auto f32 = [&](int64_t n) { return ctx_.backend->alloc_detached(size_t(n) * sizeof(float)); };
   x_dev_ = f32(c.block * c.hidden);
   rows_dev_ = f32(S * c.hidden);
   logits_dev_ = f32(S * ctx_.vocab);
   emb_dev_ = f32(S * K * c.hidden);
-  cand_dev_ = ctx_.backend->alloc(size_t(S * K) * sizeof(int32_t));
+  cand_dev_ = ctx_.backend->alloc_detached(size_t(S * K) * sizeof(int32_t));
   logp_dev_ = f32(S * K);
 }
 

@@ -1,5 +1,6 @@
 // A Backend wrapper for tests that counts every buffer the wrapped backend hands out (live bytes,
-// peak, allocations), e.g. to check that memory goes back to its baseline.
+// peak, allocations, detached ones), e.g. to check that memory goes back to its baseline; its memory
+// epoch counts releases of buffers from alloc(), as a device backend's does.
 // Owner: the buffers share the Counts, so a buffer may outlive its backend. Thread: whoever drives
 // the model allocates; read the counts after synchronizing with that thread (not atomics).
 #pragma once
@@ -15,19 +16,23 @@ namespace tandem::test {
 struct Counts {
   size_t live = 0, peak = 0;
   int64_t allocs = 0, releases = 0;
+  int64_t detached = 0;  // allocs that came from alloc_detached()
+  uint64_t epoch = 0;    // releases of buffers from alloc()
 };
 
 class CountedBuffer final : public Buffer {
  public:
-  CountedBuffer(std::unique_ptr<Buffer> inner, std::shared_ptr<Counts> counts)
-      : inner_(std::move(inner)), counts_(std::move(counts)) {
+  CountedBuffer(std::unique_ptr<Buffer> inner, std::shared_ptr<Counts> counts, bool detached = false)
+      : inner_(std::move(inner)), counts_(std::move(counts)), detached_(detached) {
     counts_->live += inner_->bytes();
     counts_->peak = std::max(counts_->peak, counts_->live);
     ++counts_->allocs;
+    if (detached_) ++counts_->detached;
   }
   ~CountedBuffer() override {
     counts_->live -= inner_->bytes();
     ++counts_->releases;
+    if (!detached_) ++counts_->epoch;
   }
   void* data() override { return inner_->data(); }
   size_t bytes() const override { return inner_->bytes(); }
@@ -35,6 +40,7 @@ class CountedBuffer final : public Buffer {
  private:
   std::unique_ptr<Buffer> inner_;
   std::shared_ptr<Counts> counts_;
+  bool detached_;
 };
 
 // The CPU backend, with every buffer it hands out counted.
@@ -50,6 +56,10 @@ class CountingBackend final : public Backend {
   std::unique_ptr<Buffer> alloc(size_t bytes) override {
     return std::make_unique<CountedBuffer>(in_->alloc(bytes), counts);
   }
+  std::unique_ptr<Buffer> alloc_detached(size_t bytes) override {
+    return std::make_unique<CountedBuffer>(in_->alloc_detached(bytes), counts, true);
+  }
+  uint64_t memory_epoch() const override { return counts->epoch; }
   void upload(void* dst, const void* src, size_t bytes) override { in_->upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { in_->download(dst, src, bytes); }
   void synchronize() override { in_->synchronize(); }

@@ -71,6 +71,11 @@ class Backend {
   virtual void set_threads(int n) { (void)n; }
 
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Optional: memory that no recorded graph references (prefix checkpoints, a drafter's caches and
+  // scratch). Ask for it outside any capture, and use it only in work queued outside capture; its
+  // release then leaves memory_epoch() where it was, so the Model keeps its recorded graphs.
+  // Default: alloc() (whose release moves the epoch, which is always correct).
+  virtual std::unique_ptr<Buffer> alloc_detached(size_t bytes) { return alloc(bytes); }
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void synchronize() {}
@@ -227,8 +232,9 @@ class Backend {
   // nothing (an environment switch of its own) says otherwise; else why not, in one line. Default:
   // this backend cannot record.
   virtual std::string graphs_off_reason() const { return "backend '" + device() + "' cannot record graphs"; }
-  // A counter that changes whenever a buffer of this backend is released: a graph recorded under
-  // another value may hold addresses that were freed (or handed to someone else) since.
+  // A counter that changes whenever a buffer of this backend from alloc() is released (one from
+  // alloc_detached() leaves it): a graph recorded under another value may hold addresses that were
+  // freed (or handed to someone else) since.
   virtual uint64_t memory_epoch() const { return 0; }
 };
 

@@ -46,7 +46,9 @@ class Mixer {
 
   // Optional (prefix checkpoints, Model::snapshot/restore). snapshot(): a copy of what `state` (made
   // by this mixer, no pass pending) holds after its first `pos` committed tokens, in new memory of the
-  // mixer's backend and no larger than those tokens need (attention: K/V rows 0 … pos−1). restore():
+  // mixer's backend from alloc_detached() (so that freeing it keeps recorded graphs: only copies
+  // outside any recording touch it), no larger than those tokens need (attention: K/V rows
+  // 0 … pos−1); device backends must not call it during a capture. restore():
   // writes such a copy back into a state of this mixer (no pass pending, able to hold `pos` tokens);
   // the state is then, bit for bit, what the copied one was; the copy stays valid. Both queue
   // Backend::copy work in stream order and do not synchronize. Default: not supported.

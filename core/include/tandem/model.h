@@ -126,10 +126,11 @@ class TANDEM_API Model {
   // Accepts the first n tokens of the last forward.
   void commit(Sequence& seq, int n_accepted);
   // Prefix checkpoints. snapshot(): a copy of seq's committed state (no pass may be pending), in new
-  // memory of backend(). restore(): writes a snapshot into `seq` (no pass pending, capacity ≥
-  // snap.pos), which then continues bit for bit as the snapshotted sequence would have (seq.pos =
-  // snap.pos); the snapshot stays valid for further restores. Both queue Backend::copy work in stream
-  // order and do not synchronize; every layer's mixer must support it (Mixer::snapshot).
+  // detached memory of backend() (Backend::alloc_detached: freeing it keeps recorded graphs).
+  // restore(): writes a snapshot into `seq` (no pass pending, capacity ≥ snap.pos), which then
+  // continues bit for bit as the snapshotted sequence would have (seq.pos = snap.pos); the snapshot
+  // stays valid for further restores. Both queue Backend::copy work in stream order and do not
+  // synchronize; every layer's mixer must support it (Mixer::snapshot).
   std::unique_ptr<SequenceSnapshot> snapshot(const Sequence& seq) const;
   void restore(const SequenceSnapshot& snap, Sequence& seq) const;
 

@@ -1,7 +1,8 @@
 // CUDA graphs of verify passes: one model, two sequences fed the same tokens, one run op by op
 // (graphs switched off around its passes) and one from graphs. Every logit must have the same bits,
 // through 64 decode steps, verify passes of 1..16 tokens with partial commits, and a long prefill on
-// a third sequence in between (it regrows scratch, so recorded graphs must be dropped, not replayed).
+// a third sequence in between (it regrows scratch, so recorded graphs must be dropped, not replayed);
+// and freed prefix checkpoints (detached memory), which must not drop them.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -179,6 +180,49 @@ TEST_P(Graphs, RegrownScratchDropsRecordedGraphs) {
     ASSERT_TRUE(tw.forward({argmax(tw.lg, 0, V)}, ForwardMode::Verify, false)) << "after free, step " << step;
     tw.commit(1);
   }
+}
+
+// Prefix checkpoints live in detached memory (Backend::alloc_detached): taking one, restoring it and
+// freeing it leaves the recorded decode graph in place (the next step replays it, no new recording),
+// while an ordinary buffer's release still drops it (the next step records again). Bits stay equal.
+TEST_P(Graphs, FreedPrefixCheckpointKeepsTheDecodeGraph) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  Model& m = model(GetParam());
+  const int V = m.desc().vocab;
+  Twins tw(m, 512);
+  std::mt19937_64 g(14);
+  ASSERT_TRUE(tw.forward(random_tokens(g, 10, V), ForwardMode::Prefill, false));
+  tw.commit(10);
+  auto step = [&](const char* when) {
+    ::testing::AssertionResult r = tw.forward({argmax(tw.lg, 0, V)}, ForwardMode::Verify, false);
+    tw.commit(1);
+    return r << " (" << when << ")";
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(step("warm-up"));  // op by op, recorded, replayed
+
+  for (int round = 0; round < 3; ++round) {
+    const GraphStats before = m.graph_stats();
+    const uint64_t epoch = m.backend().memory_epoch();
+    auto snap = m.snapshot(*tw.graph);
+    ASSERT_TRUE(step("after a snapshot"));
+    m.restore(*snap, *tw.graph);  // back one token: the twins part, so the eager one follows
+    m.restore(*snap, *tw.eager);
+    snap.reset();
+    EXPECT_EQ(m.backend().memory_epoch(), epoch) << "freeing a prefix checkpoint moved the memory epoch";
+    ASSERT_TRUE(step("after a restore and a free"));
+    const GraphStats& after = m.graph_stats();
+    std::printf("[measure] round %d: graphs used (%lld recorded, %lld replayed)\n", round,
+                (long long)(after.captured - before.captured), (long long)(after.replayed - before.replayed));
+    EXPECT_EQ(after.captured, before.captured) << "a decode graph was recorded again (round " << round << ")";
+    EXPECT_EQ(after.replayed - before.replayed, 2) << "round " << round;
+  }
+
+  const GraphStats before = m.graph_stats();
+  m.backend().alloc(4096).reset();  // an ordinary buffer's release: recorded graphs may be stale
+  ASSERT_TRUE(step("after an ordinary free"));
+  EXPECT_EQ(m.graph_stats().captured - before.captured, 1) << "an ordinary free must drop the recorded graphs";
+  ASSERT_TRUE(step("replayed again"));
+  EXPECT_EQ(m.graph_stats().replayed - before.replayed, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixes, Graphs, ::testing::Values(synth::Mix::GgufIq2, synth::Mix::Bf16),

@@ -2,7 +2,7 @@
 // (position by value), recorded attention_at passes replayed at later positions (up to 20k keys), and
 // recordings that allocate or release a buffer being dropped; the TANDEM_CUDA_GRAPHS switch, which this
 // backend reads; the node counts a recording reports (Graph::kernel_nodes, copy_nodes), which
-// `tandem bench` prints.
+// `tandem bench` prints; detached memory, whose release keeps recorded graphs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,6 +161,59 @@ TEST(CudaGraph, RecordingThatAllocatesOrReleasesIsDropped) {
   EXPECT_TRUE(be.end_capture() == nullptr);
   be.relu2(Tensor::f32(x.p(), 1, 256));
   be.download(host.data(), x.p(), 256 * sizeof(float));
+}
+
+// Detached memory (alloc_detached): zeroed like alloc(); its release leaves the memory epoch, so a
+// graph recorded before stays valid, also once a normal buffer takes the freed block (the graph never
+// held it); an ordinary release still moves the epoch; asking for it while recording is an error.
+TEST(CudaGraph, DetachedReleaseKeepsTheEpochAndTheGraph) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
+  const std::vector<float> xs = random_vec(256, 5, -2.f, 2.f);
+  auto x = to_device(be, xs);
+  constexpr size_t kN = 12345;  // a size of its own, so the pool's block for it is the detached one
+  const std::vector<float> ones(kN, 1.f);
+  auto detached = be.alloc_detached(kN * sizeof(float));
+  be.upload(detached->data(), ones.data(), kN * sizeof(float));
+  void* const first = detached->data();
+  detached.reset();
+  detached = be.alloc_detached(kN * sizeof(float));
+  EXPECT_EQ(detached->data(), first);
+  std::vector<float> zeros(kN, -1.f);
+  be.download(zeros.data(), detached->data(), kN * sizeof(float));
+  EXPECT_TRUE(same_bits(zeros, std::vector<float>(kN, 0.f))) << "a reused detached block was not zeroed";
+  void* const freed = detached->data();
+
+  const uint64_t e0 = be.memory_epoch();
+  ASSERT_TRUE(be.begin_capture());
+  be.relu2(Tensor::f32(x.p(), 1, 256));
+  auto graph = be.end_capture();
+  ASSERT_TRUE(graph != nullptr);
+  EXPECT_EQ(be.memory_epoch(), e0);
+
+  detached.reset();
+  EXPECT_EQ(be.memory_epoch(), e0) << "releasing detached memory moved the epoch";
+  auto reused = be.alloc(kN * sizeof(float));  // the pool hands the detached block out again
+  EXPECT_EQ(reused->data(), freed);
+  const std::vector<float> poison(kN, -7.25f);
+  be.upload(reused->data(), poison.data(), kN * sizeof(float));
+  graph->launch();
+  graph->launch();
+  std::vector<float> want = xs, got(256), untouched(kN);
+  for (float& v : want) v = std::max(v, 0.f) * std::max(v, 0.f), v = v * v;  // relu² twice
+  be.download(got.data(), x.p(), 256 * sizeof(float));
+  be.download(untouched.data(), reused->data(), kN * sizeof(float));
+  for (int i = 0; i < 256; ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1.f + want[i])) << "element " << i;
+  EXPECT_TRUE(same_bits(untouched, poison)) << "the replay wrote into the block it was not recorded with";
+
+  reused.reset();
+  EXPECT_NE(be.memory_epoch(), e0) << "an ordinary release must still move the epoch";
+
+  ASSERT_TRUE(be.begin_capture());
+  EXPECT_THROW(be.alloc_detached(64), Error);
+  (void)be.end_capture();
+  auto after = be.alloc_detached(64);  // usable again once the capture is closed
+  EXPECT_TRUE(after != nullptr);
 }
 
 // K relu2 launches and C device copies recorded: the graph reports K kernel nodes and C copy nodes,

@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "drafter.h"
+#include "lili_by_hand.h"
 #include "gpu_required.h"
 #include "plugins/cpu/kernels.h"
 #include "synth.h"
@@ -73,15 +74,7 @@ std::string synthesize(const test::TempDir& dir, const ModelDesc& target, bool h
   return path;
 }
 
-// A factory that keeps the context the drafting loop gives its drafters, to make a LiliDrafter by hand.
-struct Grab : SpeculatorFactory {
-  SpeculatorContext ctx;
-  std::unique_ptr<Speculator> create(const SpeculatorContext& c, SpeculatorSettings& s) override {
-    s.finish();
-    ctx = c;
-    return std::make_unique<test::RandomDrafter>(1, c.vocab, 1);
-  }
-};
+using test::Grab;
 
 DraftOptions options(const std::string& path) {
   DraftOptions o = test::fixed_costs(7);  // verify every proposal at full width: a random drafter gets tried
@@ -184,13 +177,7 @@ TEST_F(LilicorrDrafting, ShortProposalsAreThePrefixOfTheFullBlock) {
   std::vector<float> logits;
   m->forward(*seq, p, ForwardMode::Prefill, logits, false);
   m->commit(*seq, int(p.size()));
-  lili.begin(p.data(), p.size());
-  TargetHidden h;
-  h.pos0 = 0, h.rows = int64_t(p.size()), h.layers = lili.hidden_layers();
-  for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(0, h.rows));
-  lili.observe_prompt(h);
-  const int32_t first = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  lili.observe(&first, 1);
+  test::feed_prompt(lili, *m, p, logits);
   Draft full, part;
   lili.propose(31, full);
   ASSERT_EQ(full.tokens.size(), size_t(7)) << "B − 1 drafts";
