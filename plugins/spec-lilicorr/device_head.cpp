@@ -97,8 +97,9 @@ DeviceHead::DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights
   check(matmul_rows_ >= 0, "lilicorr head: ", matmul_rows_, " rows per matmul, expected 0 (all) or more");
   const HeadConfig& c = w_->c;
   const int64_t S = c.slots(), K = c.topk, n = S * K, Hh = c.hidden, F = c.factor;
-  // Every buffer now: none comes or goes while the target records graphs.
-  auto f32 = [&](int64_t m) { return be_.alloc(size_t(std::max<int64_t>(m, 1)) * sizeof(float)); };
+  // Every buffer now, detached (Backend::alloc_detached): none comes or goes while the target records
+  // graphs, and freeing them with the drafter leaves the target's graphs recorded.
+  auto f32 = [&](int64_t m) { return be_.alloc_detached(size_t(std::max<int64_t>(m, 1)) * sizeof(float)); };
   feat_.resize(size_t(n * 5));
   feat_dev_ = f32(n * 5);
   x_ = f32(n * Hh), h_ = f32(n * Hh), d_ = f32(n * Hh);

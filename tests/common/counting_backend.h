@@ -97,6 +97,17 @@ class CountingBackend final : public Backend {
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override {
     in_->top_k_logprobs(logits, k, ids, logp);
   }
+  void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) override {
+    in_->mul_add_rows(x, a, b, group, out);
+  }
+  void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
+                      const Tensor& out) override {
+    in_->attention_bias(q, k, v, bias, heads, hd, out);
+  }
+  void normalize_rows(const Tensor& x, float eps) override { in_->normalize_rows(x, eps); }
+  void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override {
+    in_->group_dots(a, b, groups, scale, out);
+  }
 
  private:
   std::shared_ptr<Backend> in_;
