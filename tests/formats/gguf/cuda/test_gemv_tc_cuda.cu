@@ -17,6 +17,7 @@
 #include "formats/gguf/gguf_format.h"
 #include "formats/gguf/gguf_format_cuda.h"
 #include "gguf_cuda_test_util.h"
+#include "tc_check.h"
 #include "plugins/backend-cuda/cuda_backend.h"
 
 namespace tandem::gguf::test {
@@ -94,25 +95,8 @@ TEST_P(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
       y.resize(size_t(n * c.m));
       return y;
     };
-    std::vector<float> single(size_t(N * c.m));
     const int64_t alone = c.m > 10000 ? 16 : N;  // rows checked one by one (all of them on small shapes)
-    for (int64_t r = 0; r < alone; ++r) {
-      const std::vector<float> y = run(r, 1);
-      std::copy(y.begin(), y.end(), single.begin() + r * c.m);
-    }
-    for (int64_t n : {1, 2, 3, 8, 9, 16, 40}) {
-      const std::vector<float> y = run(0, n);
-      double worst = 0;
-      int64_t unequal = 0;
-      for (int64_t i = 0; i < n * c.m; ++i) {
-        const double e =
-            std::isnan(y[size_t(i)]) ? INFINITY : std::abs(y[size_t(i)] - want[size_t(i)]) / mag[size_t(i)];
-        worst = std::max(worst, e);
-        if (i < alone * c.m && std::memcmp(&y[size_t(i)], &single[size_t(i)], 4) != 0) ++unequal;
-      }
-      EXPECT_LE(worst, 3e-5) << "n " << n;
-      EXPECT_EQ(unequal, 0) << "n " << n << ": rows differ from the same rows alone";
-    }
+    const std::vector<float> single = expect_rows_match_and_stay_invariant(run, c.m, N, alone, want, mag);
     // Activations that start off 16-byte alignment (scalar loads) give the same bits.
     {
       DevMem dx2((size_t(3 * c.k) + 1) * 4);

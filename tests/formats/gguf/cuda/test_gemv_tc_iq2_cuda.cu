@@ -14,6 +14,7 @@
 #include "cuda_probe.h"
 #include "formats/gguf/gemv_tc_iq2_cuda.cuh"
 #include "gguf_cuda_test_util.h"
+#include "tc_check.h"
 
 namespace tandem::gguf::test {
 namespace {
@@ -96,25 +97,8 @@ TEST(GemvTcIq2Cuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
       y.resize(size_t(n * c.m));
       return y;
     };
-    std::vector<float> single(size_t(N * c.m));
     const int64_t alone = c.m > 4000 ? 16 : N;  // rows checked one by one
-    for (int64_t r = 0; r < alone; ++r) {
-      const std::vector<float> y = run(r, 1);
-      std::copy(y.begin(), y.end(), single.begin() + r * c.m);
-    }
-    for (int64_t n : {1, 2, 3, 8, 9, 16, 40}) {
-      const std::vector<float> y = run(0, n);
-      double worst = 0;
-      int64_t unequal = 0;
-      for (int64_t i = 0; i < n * c.m; ++i) {
-        const double e =
-            std::isnan(y[size_t(i)]) ? INFINITY : std::abs(y[size_t(i)] - want[size_t(i)]) / mag[size_t(i)];
-        worst = std::max(worst, e);
-        if (i < alone * c.m && std::memcmp(&y[size_t(i)], &single[size_t(i)], 4) != 0) ++unequal;
-      }
-      EXPECT_LE(worst, 3e-5) << "n " << n;
-      EXPECT_EQ(unequal, 0) << "n " << n << ": rows differ from the same rows alone";
-    }
+    expect_rows_match_and_stay_invariant(run, c.m, N, alone, want, mag);
     std::vector<unsigned> cnt(size_t(s.tiles));
     cudaMemcpy(cnt.data(), dws.p, cnt.size() * 4, cudaMemcpyDeviceToHost);
     EXPECT_EQ(std::count(cnt.begin(), cnt.end(), 0u), int64_t(cnt.size())) << "counters left nonzero";
