@@ -508,12 +508,7 @@ TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) 
   auto emb = test::random_vec(size_t(S * K * H), 11), pass = test::random_vec(size_t(S * H), 12, -2.f, 2.f);
   auto anchor = test::random_vec(size_t(H), 13, -2.f, 2.f), logp = test::random_vec(size_t(S * K), 14, -9.f, -0.01f);
   for (int64_t s = 0; s < S; ++s) std::sort(logp.begin() + s * K, logp.begin() + (s + 1) * K, std::greater<float>());
-  auto up = [&](const std::vector<float>& v) {
-    auto b = be.alloc(v.size() * sizeof(float));
-    be.upload(b->data(), v.data(), v.size() * sizeof(float));
-    return b;
-  };
-  auto de = up(emb), dp = up(pass), da = up(anchor);
+  auto de = lilicorr::upload_f32(be, emb), dp = lilicorr::upload_f32(be, pass), da = lilicorr::upload_f32(be, anchor);
   const float tol = std::string(TANDEM_LILICORR_DEVICE) == "cpu" ? 1e-5f : 1e-3f, lambda = hw.c.logit_scale;
   // Matmuls in calls of 16 rows (the default), 5 rows (a short last call) and all S·K rows at once.
   for (auto [valid, rows] : {std::pair{true, int64_t(16)}, std::pair{false, int64_t(16)}, std::pair{true, int64_t(5)},

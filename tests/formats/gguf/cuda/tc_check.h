@@ -1,5 +1,7 @@
-// The tensor-core GEMV tests' shared check (test_gemv_tc_cuda.cu, test_gemv_tc_iq2_cuda.cu).
+// What the tensor-core GEMV tests share (test_gemv_tc_cuda.cu, test_gemv_tc_iq2_cuda.cu): a CUDA call
+// check, a device allocation that frees itself, and the check of n-row passes against the reference.
 #pragma once
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,22 @@
 #include <vector>
 
 namespace tandem::gguf::test {
+
+inline void ok(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
+
+struct DevMem {
+  void* p = nullptr;
+  explicit DevMem(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
+  ~DevMem() { cudaFree(p); }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
 
 // The tensor-core GEMVs' common check. run(r0, n) returns rows r0 … r0 + n − 1 of y ([n, m] floats);
 // want and mag hold the float64 reference and each output's magnitude for `rows` rows. Every pass of

@@ -23,18 +23,6 @@
 namespace tandem::gguf::test {
 namespace {
 
-void ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
-struct DevMem {
-  void* p = nullptr;
-  explicit DevMem(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
-  ~DevMem() { cudaFree(p); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
 struct Case {
   int64_t m, k;
   float scale;

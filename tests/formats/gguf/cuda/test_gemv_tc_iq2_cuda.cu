@@ -19,18 +19,6 @@
 namespace tandem::gguf::test {
 namespace {
 
-void ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
-struct DevMem {
-  void* p = nullptr;
-  explicit DevMem(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
-  ~DevMem() { cudaFree(p); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
 // The CPU weights of one IQ2_XXS [m, k] matrix.
 std::vector<float> dequant(const std::vector<uint8_t>& bytes, int64_t m, int64_t k) {
   const QuantType& qt = *find_type("IQ2_XXS");
