@@ -16,8 +16,18 @@ import time
 import urllib.request
 
 
+def model_id(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
+        return json.loads(r.read())["data"][0]["id"]
+
+
+MODEL = None
+
+
 def complete(port, prompt):
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+    global MODEL
+    MODEL = MODEL or model_id(port)
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t = time.perf_counter()
