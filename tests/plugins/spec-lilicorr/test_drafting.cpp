@@ -15,7 +15,9 @@
 #include <fstream>
 #include <numeric>
 
+#include "device_head.h"
 #include "drafter.h"
+#include "golden_head.h"
 #include "lili_by_hand.h"
 #include "gpu_required.h"
 #include "plugins/cpu/kernels.h"
@@ -361,6 +363,27 @@ bool expect_step_matches(Model& m, const lilicorr::DrafterWeights& ref, const li
   for (int64_t s = 0; s < S; ++s)
     EXPECT_EQ(lili.last_block()[size_t(s)], cand[size_t(s * K + path[size_t(s)])]) << what << ": draft " << s;
   return true;
+}
+
+// The head's golden vector (golden_head.h) on the target's backend: the same weights loaded by the
+// target's formats (fp32 here: the parameter rule's values are not BF16), the lattice run as backend
+// ops, in one matmul call and in calls of 2 rows (the chunked path).
+TEST_F(LilicorrDrafting, TheDeviceHeadReproducesTheGoldenVector) {
+  auto m = load_target();
+  const auto w = lilicorr::load_device_head(lilicorr::golden::golden_head(), *m);
+  const auto in = lilicorr::golden::golden_inputs();
+  Backend& be = m->backend();
+  auto emb = lilicorr::upload_f32(be, in.emb), pass = lilicorr::upload_f32(be, in.pass),
+       anchor = lilicorr::upload_f32(be, in.anchor);
+  for (int64_t rows : {0, 2}) {
+    lilicorr::DeviceHead head(be, w, rows);
+    lilicorr::HeadScores sc;
+    head.score(Tensor::f32(static_cast<float*>(emb->data()), 9, 32), in.logp.data(),
+               Tensor::f32(static_cast<float*>(pass->data()), 3, 32), Tensor::f32(static_cast<float*>(anchor->data()), 1, 32),
+               true, sc);
+    lilicorr::golden::expect_scores(sc, std::string(TANDEM_LILICORR_DEVICE) + " head, matmul rows " + std::to_string(rows));
+    EXPECT_EQ(lilicorr::greedy_path(sc, 3, 3), (std::vector<int>{0, 1, 0}));
+  }
 }
 
 // The drafter's step on the target's backend (device_backbone.cpp, the LM head, top-K, device_head.cpp)
