@@ -40,7 +40,7 @@ LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const Dra
   out_dev_ = f32(2 * S * K);
   if (opt_.defer)
     for (size_t t = 0; t < c.target_layers.size(); ++t) backlog_dev_.push_back(f32(kBacklogRows * c.hidden));
-  const char* names[kStages] = {"catch-up", "block", "candidates", "head", "download", "flush"};
+  const char* names[kStages] = {"catch-up", "block", "candidates", "download", "head", "flush"};
   for (int i = 0; i < kStages; ++i) stage_[i].name = names[i];
 }
 

@@ -54,8 +54,8 @@ class LiliDrafter : public Speculator {
   void observe_hidden(const int32_t* tokens, size_t n, const TargetHidden& hidden) override;
   void propose(int max_n, Draft& out) override;
   // With DrafterOptions::profile: catch-up (rows: committed rows projected), block (the backbone over
-  // the B rows), candidates (LM head and top-K), head, download, and flush (a full backlog projected
-  // outside a proposal).
+  // the B rows), candidates (LM head and top-K), download (their ids and log-probabilities), head
+  // (its scores' download included), and flush (a full backlog projected outside a proposal).
   std::vector<SpeculatorStage> stages() const override;
 
   // Of the last propose() (tests): the full block's drafts (B − 1 tokens), the candidates' ids and
@@ -73,7 +73,7 @@ class LiliDrafter : public Speculator {
   int64_t block_steps() const { return block_steps_; }  // block passes run so far (tests)
 
  private:
-  enum Stage { kCatchUp, kBlock, kCandidates, kHead, kDownload, kFlush, kStages };
+  enum Stage { kCatchUp, kBlock, kCandidates, kDownload, kHead, kFlush, kStages };
   void take(const TargetHidden& h);
   // Projects the backlog into the context (one batched append).
   void catch_up(Stage as);
