@@ -62,8 +62,9 @@ void LiliDrafter::lap(Stage st, int64_t items) {
 void LiliDrafter::catch_up(Stage as) {
   const int64_t n = backlog_;
   if (n > 0) {
+    const int64_t H = w_->backbone.c.hidden;
     std::vector<Tensor> taps;
-    for (auto& b : backlog_dev_) taps.push_back(Tensor::f32(static_cast<float*>(b->data()), kBacklogRows, w_->backbone.c.hidden));
+    for (auto& b : backlog_dev_) taps.push_back(Tensor::f32(static_cast<float*>(b->data()), kBacklogRows, H));
     dev_.append(taps, 0, n);
     backlog_ = 0;
   }
