@@ -164,6 +164,13 @@ void print_draft_run(const DraftRun& r) {
     std::printf("    drafter %-11s %lld proposals, %lld verified, %lld extended, %lld of %lld accepted, %.3f ms proposing\n",
                 d.name.c_str(), (long long)d.proposals, (long long)d.drafts, (long long)d.extensions,
                 (long long)d.accepted_tokens, (long long)d.drafted_tokens, d.propose_seconds * 1e3);
+  for (const auto& d : m.drafters)
+    for (const SpeculatorStage& st : d.stages) {
+      std::printf("    stage %-15s %-12s %lld x, mean %.1f us", d.name.c_str(), st.name.c_str(), (long long)st.count,
+                  st.count ? st.seconds * 1e6 / double(st.count) : 0.0);
+      if (st.items) std::printf(", %.2f rows per run", st.count ? double(st.items) / double(st.count) : 0.0);
+      std::printf("\n");
+    }
   std::stringstream table(m.position_table());
   for (std::string line; std::getline(table, line);) std::printf("    %s\n", line.c_str());
 }
@@ -213,6 +220,16 @@ void write_draft_runs(rapidjson::PrettyWriter<rapidjson::StringBuffer>& w, const
       array("proposed_at_position", d.proposed_at);
       array("reached_at_position", d.reached_at);
       array("matched_at_position", d.matched_at);
+      w.Key("stages"), w.StartArray();
+      for (const SpeculatorStage& st : d.stages) {
+        w.StartObject();
+        w.Key("name"), w.String(st.name.c_str());
+        i64("count", st.count);
+        num("seconds", st.seconds);
+        i64("rows", st.items);
+        w.EndObject();
+      }
+      w.EndArray();
       w.EndObject();
     }
     w.EndArray();

@@ -397,6 +397,20 @@ DraftOptions draft_set(DraftOptions o, const std::vector<std::string>& names, co
   o.staircut.force_k = int(a.integer("draft-k", o.staircut.force_k));
   o.staircut.max_k = int(a.integer("draft-max-k", o.staircut.max_k));
   o.cost_context = a.integer("draft-cost-context", o.cost_context);
+  // --draft-setting NAME.KEY=VALUE[,…]: a drafter's profile key set from the command line (e.g.
+  // lilicorr.profile=true for its stage times); the drafter checks the key like a profile's.
+  std::stringstream list(a.str("draft-setting"));
+  for (std::string kv; std::getline(list, kv, ',');) {
+    const size_t dot = kv.find('.'), eq = kv.find('=');
+    check(dot != std::string::npos && eq != std::string::npos && dot > 0 && eq > dot + 1,
+          "tandem bench: --draft-setting expects NAME.KEY=VALUE, found '", kv, "'");
+    const std::string name = kv.substr(0, dot);
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;  // another set's drafter
+    auto it = o.settings.find(name);
+    if (it == o.settings.end())
+      it = o.settings.emplace(name, SpeculatorSettings("--draft-setting", "draft." + name, {})).first;
+    it->second.set(kv.substr(dot + 1, eq - dot - 1), kv.substr(eq + 1));
+  }
   check(o.staircut.force_k >= -1, "tandem bench: --draft-k must be at least 0");
   check(o.staircut.max_k >= 1 && o.staircut.max_k <= 255, "tandem bench: --draft-max-k must be in [1, 255]");
   check(o.cost_context >= 1, "tandem bench: --draft-cost-context must be at least 1");
@@ -417,6 +431,7 @@ const CommandSpec& bench_spec() {
           {"seed", "S", "random seed"},
           {"json", "FILE", "write every number to FILE"},
           {"decode-tokens", "N", "tokens decoded (default 512)"},
+          {"draft-setting", "NAME.KEY=V[,...]", "a drafter's setting for --draft (lilicorr.profile=true: stage times)"},
           {"prompt-tokens", "N", "prompt length before decoding (default 32)"},
           {"verify-max", "K", "verify passes of 1..K tokens timed (default 15)"},
           {"verify-reps", "N", "repetitions per verify size (default 5)"},

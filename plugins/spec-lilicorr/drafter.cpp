@@ -3,6 +3,8 @@
 #include "drafter.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "synth.h"
@@ -11,13 +13,20 @@
 #include "tandem/weights.h"
 
 namespace tandem::lilicorr {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
-                         int64_t head_rows)
-    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone) {
+                         const DrafterOptions& o)
+    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone), opt_(o) {
   check(bool(w_->head) == bool(dw.head), "lilicorr: the head's device weights ", dw.head ? "are" : "are not",
         " loaded, the checkpoint ", w_->head ? "has" : "has no", " head");
-  if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, head_rows);
+  if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, opt_.head_rows);
   const BackboneConfig& c = w_->backbone.c;
   const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
   // Every buffer now, detached: only the drafter's work outside recordings uses them, so neither they
@@ -27,12 +36,44 @@ LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const Dra
   rows_dev_ = f32(S * c.hidden);
   logits_dev_ = f32(S * ctx_.vocab);
   emb_dev_ = f32(S * K * c.hidden);
-  cand_dev_ = ctx_.backend->alloc_detached(size_t(S * K) * sizeof(int32_t));
-  logp_dev_ = f32(S * K);
+  static_assert(sizeof(int32_t) == sizeof(float), "the candidates' ids and log-probabilities share a buffer");
+  out_dev_ = f32(2 * S * K);
+  if (opt_.defer)
+    for (size_t t = 0; t < c.target_layers.size(); ++t) backlog_dev_.push_back(f32(kBacklogRows * c.hidden));
+  const char* names[kStages] = {"catch-up", "block", "candidates", "download", "head", "flush"};
+  for (int i = 0; i < kStages; ++i) stage_[i].name = names[i];
+}
+
+std::vector<SpeculatorStage> LiliDrafter::stages() const {
+  if (!opt_.profile) return {};
+  return {stage_, stage_ + kStages};
+}
+
+void LiliDrafter::lap(Stage st, int64_t items) {
+  if (!opt_.profile) return;
+  ctx_.backend->synchronize();
+  const double t = now_seconds();
+  stage_[st].count += 1;
+  stage_[st].seconds += t - lap_start_;
+  stage_[st].items += items;
+  lap_start_ = t;
+}
+
+void LiliDrafter::catch_up(Stage as) {
+  const int64_t n = backlog_;
+  if (n > 0) {
+    const int64_t H = w_->backbone.c.hidden;
+    std::vector<Tensor> taps;
+    for (auto& b : backlog_dev_) taps.push_back(Tensor::f32(static_cast<float*>(b->data()), kBacklogRows, H));
+    dev_.append(taps, 0, n);
+    backlog_ = 0;
+  }
+  lap(as, n);
 }
 
 void LiliDrafter::begin(const int32_t* prompt, size_t n) {
   dev_.clear();
+  backlog_ = 0;
   fed_ = 0;
   committed_ = int64_t(n);
   last_ = n ? prompt[n - 1] : -1;
@@ -64,9 +105,21 @@ void LiliDrafter::take(const TargetHidden& h) {
     check(s.rows == h.rows && s.cols == H && s.dtype == DType::F32, "lilicorr: tapped layer ", h.layers[size_t(t)],
           " arrived as ", s.rows, "×", s.cols, ", expected ", h.rows, "×", H, " f32");
   }
-  // Projected now, where the target left them (the states are valid only during this call).
-  dev_.append(h.states, 0, h.rows);
   fed_ += h.rows;
+  if (!opt_.defer) return dev_.append(h.states, 0, h.rows);
+  // The states are valid only during this call: kept as copies until the next proposal projects them
+  // in one pass; a backlog that would overflow is projected first, and rows past a whole backlog at
+  // once (a prefill chunk) are projected where the target left them.
+  if (backlog_ + h.rows > kBacklogRows) {
+    if (opt_.profile) ctx_.backend->synchronize(), lap_start_ = now_seconds();
+    catch_up(kFlush);
+  }
+  if (h.rows > kBacklogRows) return dev_.append(h.states, 0, h.rows);
+  for (size_t t = 0; t < h.states.size(); ++t)
+    ctx_.backend->copy(h.states[t].slice_rows(0, h.rows),
+                       Tensor::f32(static_cast<float*>(backlog_dev_[t]->data()), kBacklogRows, w_->backbone.c.hidden)
+                           .slice_rows(backlog_, h.rows));
+  backlog_ += h.rows;
 }
 
 std::vector<float> LiliDrafter::backbone_rows() const {
@@ -90,6 +143,9 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   const int64_t B = c.block, S = B - 1, H = c.hidden, V = ctx_.vocab;
   const int K = w_->head ? w_->head->c.topk : 1;
   Backend& be = *ctx_.backend;
+  if (opt_.profile) be.synchronize(), lap_start_ = now_seconds();
+  catch_up(kCatchUp);
+  ++block_steps_;
 
   // The block [anchor, mask × (B − 1)], embedded by the target's table.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
@@ -99,17 +155,22 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   if (c.embedding_scale != 1.0f) be.scale_softcap(x, c.embedding_scale, 0.0f);
   const Tensor rows = Tensor::f32(static_cast<float*>(rows_dev_->data()), S, H);
   dev_.run_block(x, rows);
+  lap(kBlock);
   const Tensor logits = Tensor::f32(static_cast<float*>(logits_dev_->data()), S, V);
   ctx_.lm_head->matmul(rows, logits);
   if (c.output_multiplier != 1.0f || c.softcap > 0) be.scale_softcap(logits, c.output_multiplier, c.softcap);
   // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties); K = 1: argmax.
-  auto* cand_dev = static_cast<int32_t*>(cand_dev_->data());
-  auto* logp_dev = static_cast<float*>(logp_dev_->data());
+  auto* cand_dev = static_cast<int32_t*>(out_dev_->data());
+  auto* logp_dev = static_cast<float*>(out_dev_->data()) + S * K;
   be.top_k_logprobs(logits, K, cand_dev, logp_dev);
-  cand_.resize(size_t(S * K));
+  lap(kCandidates);
+  std::vector<int32_t>& both = both_;  // ids, then the log-probabilities' bits
+  both.resize(size_t(2 * S * K));
+  be.download(both.data(), out_dev_->data(), both.size() * sizeof(int32_t));
+  cand_.assign(both.begin(), both.begin() + S * K);
   logp_.resize(size_t(S * K));
-  be.download(cand_.data(), cand_dev, cand_.size() * sizeof(int32_t));
-  be.download(logp_.data(), logp_dev, logp_.size() * sizeof(float));
+  std::memcpy(logp_.data(), both.data() + S * K, logp_.size() * sizeof(float));
+  lap(kDownload);
 
   block_.assign(size_t(S), 0);
   path_.clear();
@@ -119,6 +180,7 @@ void LiliDrafter::propose(int max_n, Draft& out) {
     const Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
     ctx_.embedding->get_rows(cand_.data(), int(S * K), ce);
     head_->score(ce, logp_.data(), rows, dev_.last_row(), true, scores_);
+    lap(kHead);  // the scores' download included (the head's own)
     path_ = greedy_path(scores_, int(S), K);
     for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand_[size_t(s * K + path_[size_t(s)])];
   }
@@ -128,7 +190,10 @@ void LiliDrafter::propose(int max_n, Draft& out) {
 
 std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, SpeculatorSettings& settings) {
   std::string path = settings.text("path", "");
-  const int64_t head_rows = settings.integer("head_rows", kHeadMatmulRows, 0, 1 << 20);
+  DrafterOptions o;
+  o.head_rows = settings.integer("head_rows", kHeadMatmulRows, 0, 1 << 20);
+  o.defer = settings.flag("defer", true);
+  o.profile = settings.flag("profile", false);
   settings.finish();
   check(!path.empty(), settings.source().empty() ? "" : settings.source() + ": ",
         "key 'draft.lilicorr.path' is required (the drafter's checkpoint folder)");
@@ -172,7 +237,7 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
     }
     dw = slot;
   }
-  return std::make_unique<LiliDrafter>(ctx, std::move(w), dw, head_rows);
+  return std::make_unique<LiliDrafter>(ctx, std::move(w), dw, o);
 }
 
 void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, SpeculatorSettings& settings,

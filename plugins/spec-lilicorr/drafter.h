@@ -2,9 +2,11 @@
 // LiLiCorr head when the checkpoint has one (spec/lilicorr.md, spec/speculation.md § 2.3).
 // The backbone runs on the target's backend (device_backbone.h: the target's formats and Backend ops,
 // one code path for CPU and CUDA), then the target's LM head and the candidates' top-K (or the argmax)
-// there too, then the head (device_head.h); only the candidates' ids and log-probabilities and the
-// head's start/pair scores come back, and the greedy walk runs on the host. head.cpp and backbone.cpp
-// are the fp32 host reference of the tests.
+// there too, then the head (device_head.h); only the candidates' ids and log-probabilities (one
+// download) and the head's start/pair scores (one more) come back, and the greedy walk runs on the
+// host. Committed rows wait in a backlog (copies of their taps) and enter the context in one batched
+// catch-up at the next proposal, so steps that propose nothing (StairCut's k = 0) pay a copy only.
+// head.cpp and backbone.cpp are the fp32 host reference of the tests.
 // Owner: the factory keeps one DrafterWeights per checkpoint path and one OnTarget per (checkpoint,
 // target), shared by their drafters; a drafter owns its sequence's context cache.
 // Thread: the engine thread. Sync: propose() returns host tokens; its downloads synchronize with the
@@ -30,17 +32,31 @@ struct OnTarget {
   std::shared_ptr<const DeviceHeadWeights> head;  // null without a head
 };
 
+// How a drafter runs (draft.lilicorr.* settings).
+struct DrafterOptions {
+  int64_t head_rows = kHeadMatmulRows;  // rows per matmul call of the head (DeviceHead; 0 = all at once)
+  bool defer = true;     // committed rows wait for the next proposal (false: projected as they arrive)
+  bool profile = false;  // time each stage (stages()), synchronizing the device around each
+};
+
+// Rows of committed taps a drafter keeps before it projects them without a proposal: one chunk of
+// DeviceBackbone::append, so a catch-up of up to this many rows reads the weights once.
+constexpr int64_t kBacklogRows = kRowChunk;
+
 class LiliDrafter : public Speculator {
  public:
-  // head_rows: rows per matmul call of the head (DeviceHead; 0 = all at once).
   LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
-              int64_t head_rows = kHeadMatmulRows);
+              const DrafterOptions& o = {});
   void begin(const int32_t* prompt, size_t n) override;
   void observe(const int32_t* tokens, size_t n) override;
   std::vector<int> hidden_layers() const override { return w_->backbone.c.target_layers; }
   void observe_prompt(const TargetHidden& hidden) override;
   void observe_hidden(const int32_t* tokens, size_t n, const TargetHidden& hidden) override;
   void propose(int max_n, Draft& out) override;
+  // With DrafterOptions::profile: catch-up (rows: committed rows projected), block (the backbone over
+  // the B rows), candidates (LM head and top-K), download (their ids and log-probabilities), head
+  // (its scores' download included), and flush (a full backlog projected outside a proposal).
+  std::vector<SpeculatorStage> stages() const override;
 
   // Of the last propose() (tests): the full block's drafts (B − 1 tokens), the candidates' ids and
   // log-probabilities [B − 1, K] (K = 1 without a head: the argmax), and the head's scores.
@@ -53,9 +69,16 @@ class LiliDrafter : public Speculator {
   std::vector<float> backbone_rows() const;
   std::vector<float> anchor_row() const;
   int64_t context_rows() const { return dev_.rows(); }
+  int64_t backlog_rows() const { return backlog_; }  // committed rows not yet in the context (tests)
+  int64_t block_steps() const { return block_steps_; }  // block passes run so far (tests)
 
  private:
+  enum Stage { kCatchUp, kBlock, kCandidates, kDownload, kHead, kFlush, kStages };
   void take(const TargetHidden& h);
+  // Projects the backlog into the context (one batched append).
+  void catch_up(Stage as);
+  // With profiling: waits for the device and charges the time since the last lap to stage s.
+  void lap(Stage s, int64_t items = 0);
 
   SpeculatorContext ctx_;
   std::shared_ptr<const DrafterWeights> w_;
@@ -64,11 +87,19 @@ class LiliDrafter : public Speculator {
   int64_t fed_ = 0;             // positions whose states arrived
   int64_t committed_ = 0;       // tokens committed (prompt included)
   int32_t last_ = -1;           // the last committed token (the next block's anchor)
-  std::vector<int32_t> block_, cand_;
+  std::vector<int32_t> block_, cand_, both_;
   std::vector<float> logp_;
   std::vector<int> path_;
   HeadScores scores_;
-  std::unique_ptr<Buffer> x_dev_, rows_dev_, logits_dev_, emb_dev_, cand_dev_, logp_dev_;
+  DrafterOptions opt_;
+  std::vector<std::unique_ptr<Buffer>> backlog_dev_;  // per tap [kBacklogRows, H]
+  int64_t backlog_ = 0;
+  int64_t block_steps_ = 0;
+  SpeculatorStage stage_[kStages];
+  double lap_start_ = 0;
+  // x, rows, logits, candidates' embeddings; out: the candidates' ids [S·K] int32 then their
+  // log-probabilities [S·K] f32, side by side so that one download brings both.
+  std::unique_ptr<Buffer> x_dev_, rows_dev_, logits_dev_, emb_dev_, out_dev_;
 };
 
 class LiliFactory : public SpeculatorFactory {

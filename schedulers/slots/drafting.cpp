@@ -256,7 +256,7 @@ void DraftedRequest::start(int32_t first) {
   s.m.k_histogram.assign(size_t(sc.max_k()) + 1, 0);
   for (const auto& d : s.im.slots)
     s.m.drafters.push_back({d.name, 0, 0, 0, 0, 0, 0, s.m.tried_at, s.m.accepted_at, s.m.k_histogram, s.m.tried_at,
-                            s.m.tried_at, s.m.tried_at});
+                            s.m.tried_at, s.m.tried_at, {}});
   s.m.generated_tokens = 1;
   sc.reset_request();
   s.history = s.prompt;
@@ -310,6 +310,7 @@ void DraftedRequest::plan(int max_tokens, std::vector<int32_t>& tokens, bool& al
     draft_seconds += dt;
     sc.record_draft_time(int(d), dt);
     m.drafters[d].propose_seconds += dt;
+    m.drafters[d].stages = s.specs[d]->stages();  // the drafter's own sums over this request
     if (dr.tokens.empty()) continue;
     const std::string& name = im.slots[d].name;
     check(dr.q.empty() || dr.q.size() == dr.tokens.size(), "drafter '", name, "': ", dr.q.size(),
@@ -489,6 +490,11 @@ void DraftMetrics::add(const DraftMetrics& o) {
     it->accepted_tokens += d.accepted_tokens, it->propose_seconds += d.propose_seconds;
     sum(it->tried_at, d.tried_at), sum(it->accepted_at, d.accepted_at), sum(it->k_histogram, d.k_histogram);
     sum(it->proposed_at, d.proposed_at), sum(it->reached_at, d.reached_at), sum(it->matched_at, d.matched_at);
+    for (const SpeculatorStage& st : d.stages) {
+      auto at = std::find_if(it->stages.begin(), it->stages.end(), [&](const SpeculatorStage& x) { return x.name == st.name; });
+      if (at == it->stages.end()) at = it->stages.insert(it->stages.end(), SpeculatorStage{st.name, 0, 0, 0});
+      at->count += st.count, at->seconds += st.seconds, at->items += st.items;
+    }
   }
 }
 

@@ -95,6 +95,14 @@ struct SpeculatorContext {
   const float* final_norm = nullptr;           // [hidden], device memory
 };
 
+// Time a drafter spent in one stage of its work (benchmarks; Speculator::stages()).
+struct SpeculatorStage {
+  std::string name;
+  int64_t count = 0;    // times the stage ran
+  double seconds = 0;   // in all
+  int64_t items = 0;    // what the stage counts (rows, tokens), in all; 0 = nothing
+};
+
 class Speculator {
  public:
   virtual ~Speculator() = default;
@@ -126,6 +134,10 @@ class Speculator {
   // steps too) to keep acceptance estimates current by retro-scoring. Expensive drafters run only
   // when the picker expects them to pay, or as a probe (default false).
   virtual bool cheap() const { return false; }
+  // Optional (benchmarks): the time of each stage of this drafter's work so far, when its settings
+  // asked it to measure them (measuring synchronizes the device between stages, so it is never on by
+  // default). Empty: not measured (the default).
+  virtual std::vector<SpeculatorStage> stages() const { return {}; }
 };
 
 // What a speculator plugin provides (kind TANDEM_KIND_SPECULATOR).

@@ -555,3 +555,90 @@ TEST_F(LilicorrDrafting, TheDeviceHeadMatchesTheHostHeadWithAndWithoutAnAnchor) 
 }
 
 }  // namespace
+
+// Steps that propose nothing (StairCut's k = 0) run no block pass: their committed rows wait in the
+// backlog and enter the context in one batched catch-up at the next proposal, whose drafts (and
+// candidates, log-probabilities and scores) are those of a drafter that projected every row as it came
+// — bit for bit on the CPU. Commits of 1 … 4 rows stand for partial acceptances (the fitted drafter).
+// With profile: true the stages are counted: one catch-up per proposal, over the rows since the last.
+TEST_F(LilicorrDrafting, DeferredCatchUpMatchesCatchingUpEveryStep) {
+  auto m = load_target();
+  auto grab = std::make_shared<Grab>();
+  Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
+  lilicorr::LiliFactory f;
+  auto make = [&](bool defer) {
+    SpeculatorSettings s("", "draft.lilicorr", {{"path", fitted()}, {"defer", defer ? "true" : "false"},
+                                                 {"profile", defer ? "true" : "false"}});
+    return f.create(grab->ctx, s);
+  };
+  auto lazy_sp = make(true), eager_sp = make(false);
+  auto& lazy = static_cast<lilicorr::LiliDrafter&>(*lazy_sp);
+  auto& eager = static_cast<lilicorr::LiliDrafter&>(*eager_sp);
+  EXPECT_TRUE(eager.stages().empty()) << "stages are measured only when asked";
+  m->set_taps(lazy.hidden_layers());
+  // The committed text: a prompt and the target's greedy continuation; one prefill over all of it
+  // leaves every position's taps in the model's tap buffers.
+  const auto p = prompt(23);
+  std::vector<int32_t> text = p;
+  const auto cont = generate(*m, p, test::run_options(40)).tokens;
+  text.insert(text.end(), cont.begin(), cont.end());
+  const int64_t N = int64_t(text.size());
+  auto seq = m->new_sequence(N + 8);
+  std::vector<float> logits;
+  m->forward(*seq, text, ForwardMode::Prefill, logits, false);
+  auto rows = [&](int64_t pos0, int64_t n) {
+    TargetHidden h;
+    h.pos0 = pos0, h.rows = n, h.layers = lazy.hidden_layers();
+    for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(pos0, n));
+    return h;
+  };
+  int64_t n = int64_t(p.size()) + 1;  // committed: the prompt and the target's first token
+  for (auto* dr : {&lazy, &eager}) {
+    dr->begin(text.data(), p.size());
+    dr->observe_prompt(rows(0, int64_t(p.size())));
+    dr->observe(text.data() + p.size(), 1);
+  }
+  int proposals = 0, skipped = 0, compared = 0;
+  int64_t caught_up = 0, since = int64_t(p.size());  // rows the lazy drafter projects at its next proposal
+  for (int step = 0; n + 4 < N; ++step) {
+    Draft e;
+    eager.propose(7, e);
+    ASSERT_EQ(e.tokens.size(), size_t(7));
+    if (step % 3 != 1) {  // the lazy drafter proposes on two steps of three
+      Draft l;
+      lazy.propose(7, l);
+      ++proposals;
+      caught_up += since, since = 0;
+      const std::string at = "step " + std::to_string(step) + " (" + std::to_string(n) + " committed)";
+      EXPECT_EQ(lazy.context_rows(), n - 1) << at;
+      EXPECT_EQ(lazy.backlog_rows(), 0) << at;
+      EXPECT_EQ(l.tokens, e.tokens) << at;
+      EXPECT_EQ(lazy.last_candidates(), eager.last_candidates()) << at;
+      EXPECT_EQ(lazy.last_logp(), eager.last_logp()) << at;
+      EXPECT_EQ(lazy.last_scores().start, eager.last_scores().start) << at;
+      EXPECT_EQ(lazy.last_scores().pairs, eager.last_scores().pairs) << at;
+      ++compared;
+    } else {
+      ++skipped;
+    }
+    EXPECT_EQ(lazy.block_steps(), proposals) << "a step that proposes nothing runs no block";
+    // Accept 0 … 3 drafts, then the target's own token: 1 … 4 committed rows.
+    const int64_t c = 1 + step % 4;
+    for (auto* dr : {&lazy, &eager}) dr->observe_hidden(text.data() + n, size_t(c), rows(n - 1, c));
+    since += c;
+    n += c;
+    if (step % 3 == 1) EXPECT_GT(lazy.backlog_rows(), 0) << "rows of a step without a proposal wait";
+  }
+  EXPECT_GT(compared, 5);
+  EXPECT_GT(skipped, 3);
+  const auto st = lazy.stages();
+  ASSERT_FALSE(st.empty());
+  EXPECT_EQ(st[0].name, "catch-up");
+  EXPECT_EQ(st[0].count, proposals);
+  EXPECT_EQ(st[0].items, caught_up) << "the catch-up projects every row committed since the last proposal";
+  for (const auto& s : st)
+    if (s.name != "flush" && (s.name != "head" || !lazy.last_scores().start.empty())) {
+      EXPECT_EQ(s.count, proposals) << s.name;
+      EXPECT_GE(s.seconds, 0.0) << s.name;
+    }
+}

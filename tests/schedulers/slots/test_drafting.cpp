@@ -88,6 +88,31 @@ TEST(Drafting, MetricsAddUp) {
   EXPECT_NE(dm.summary().find("acceptance by position"), std::string::npos);
 }
 
+// A drafter's stage times (Speculator::stages()) add up by stage name over requests; a stage seen in
+// one request only is kept.
+TEST(Drafting, StageTimesAddUpByName) {
+  DraftMetrics a, b, total;
+  a.drafters.push_back({});
+  a.drafters[0].name = "lilicorr";
+  a.drafters[0].stages = {{"catch-up", 2, 0.5, 7}, {"block", 2, 1.0, 0}};
+  b.drafters.push_back({});
+  b.drafters[0].name = "lilicorr";
+  b.drafters[0].stages = {{"block", 3, 2.0, 0}, {"flush", 1, 0.25, 64}};
+  total.add(a);
+  total.add(b);
+  ASSERT_EQ(total.drafters.size(), 1u);
+  const auto& st = total.drafters[0].stages;
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_EQ(st[0].name, "catch-up");
+  EXPECT_EQ(st[0].count, 2);
+  EXPECT_EQ(st[0].items, 7);
+  EXPECT_EQ(st[1].name, "block");
+  EXPECT_EQ(st[1].count, 5);
+  EXPECT_DOUBLE_EQ(st[1].seconds, 3.0);
+  EXPECT_EQ(st[2].name, "flush");
+  EXPECT_EQ(st[2].items, 64);
+}
+
 // The trace hook sees every verify pass: each drafter's proposal, the chain and k, and what was
 // accepted; the committed lengths chain and the emitted tokens are the output. The retro-scored
 // counters (every proposal, verified or not) agree with the trace and the verified counters.

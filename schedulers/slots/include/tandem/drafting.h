@@ -38,6 +38,7 @@ struct DraftMetrics {
     // ([j − 1]): tokens proposed there; of those, judged (every earlier one matched and the text
     // reached j); of those, equal to the committed token. α_j = matched_at / reached_at.
     std::vector<int64_t> proposed_at, reached_at, matched_at;
+    std::vector<SpeculatorStage> stages;  // Speculator::stages(), summed by name (empty: not measured)
   };
   int64_t steps = 0;            // verify passes after the prefill (each commits ≥ 1 token)
   int64_t plain_steps = 0;      // steps with k = 0
