@@ -198,12 +198,13 @@ void parse_draft(const Node& d, const std::string& src, DraftOptions& o) {
   if (!d.has("staircut")) return;
   Node s = d.child("staircut");
   StairCutOptions& c = o.staircut;
-  s.only({"margin", "margin_plain", "persist_steps", "probe_every", "force_k", "max_k", "halve_after", "cost_ewma",
+  s.only({"margin", "margin_plain", "persist_steps", "probe_every", "probe_budget", "force_k", "max_k", "halve_after", "cost_ewma",
           "guard_window", "guard_ratio", "guard_plain_steps", "verify_costs", "cost_context", "cost_reps"});
   s.get("margin", c.margin, "a number");
   s.get("margin_plain", c.margin_plain, "a number");
   s.get("persist_steps", c.persist_steps, "an integer");
   s.get("probe_every", c.probe_every, "an integer");
+  s.get("probe_budget", c.probe_budget, "a number");
   s.get("force_k", c.force_k, "an integer");
   s.get("max_k", c.max_k, "an integer");
   s.get("halve_after", c.halve_after, "an integer");
@@ -222,6 +223,7 @@ void parse_draft(const Node& d, const std::string& src, DraftOptions& o) {
   in("margin_plain", c.margin_plain, 0, 10);
   in("persist_steps", c.persist_steps, 1, 1000);
   in("probe_every", c.probe_every, 0, 1e6);
+  in("probe_budget", c.probe_budget, 0, 1);
   in("force_k", c.force_k, -1, 255);
   in("max_k", c.max_k, 1, 255);
   in("halve_after", c.halve_after, 1, 1e9);

@@ -16,7 +16,9 @@ struct StairCutOptions {
   double margin = 0.03;         // h: move between drafting levels only when the new one wins by this
   double margin_plain = 0.05;   // h0: start drafting only when it beats plain by this; stop once plain wins
   int persist_steps = 2;        // w: ... for this many consecutive steps
-  int probe_every = 16;         // run an expensive drafter every this many plain steps (retro-scoring)
+  int probe_every = 16;         // run an expensive drafter every this many plain steps (retro-scoring) ...
+  double probe_budget = 0.02;   // ... or more, so that probing costs at most this fraction of plain decoding
+                                // (its measured propose time / (this · T_v(1)) plain steps); 0 = off
   int force_k = -1;             // −1 = off; else verify min(force_k, proposal) drafts every step
   int max_k = 31;               // longest chain verified (rows = k + 1)
   int halve_after = 4000;       // acceptance counts halve past this many trials per cell

@@ -289,7 +289,8 @@ model: x
 draft:
   drafters: [lookup]
   lookup: {n_min: 3, n_max: 12, max_draft: 16, min_matches: 2}
-  staircut: {margin: 0.02, margin_plain: 0.1, persist_steps: 3, probe_every: 8, force_k: 4, max_k: 15,
+  staircut: {margin: 0.02, margin_plain: 0.1, persist_steps: 3, probe_every: 8, probe_budget: 0.05, force_k: 4,
+             max_k: 15,
              halve_after: 1000, cost_ewma: 0.2, guard_window: 32, guard_ratio: 0.9, guard_plain_steps: 16,
              verify_costs: [0.02, 0.021, 0.023], cost_context: 512, cost_reps: 3}
 )", "/cfg/p.yaml");
@@ -298,6 +299,7 @@ draft:
   EXPECT_DOUBLE_EQ(p.draft.staircut.margin, 0.02);
   EXPECT_EQ(p.draft.staircut.persist_steps, 3);
   EXPECT_EQ(p.draft.staircut.force_k, 4);
+  EXPECT_DOUBLE_EQ(p.draft.staircut.probe_budget, 0.05);
   EXPECT_EQ(p.draft.staircut.max_k, 15);
   EXPECT_EQ(p.draft.staircut.guard_plain_steps, 16);
   EXPECT_EQ(p.draft.verify_costs.size(), 3u);
@@ -313,6 +315,8 @@ TEST(DraftProfile, BadValuesNameTheKeyAndFile) {
   EXPECT_NE(profile_error("draft: {drafters: [lookup], staircut: {margn: 1}}").find("unknown key 'draft.staircut.margn'"),
             std::string::npos);
   EXPECT_NE(profile_error("draft: {staircut: {margin: -0.1}}").find("key 'draft.staircut.margin' must be in [0, 10]"),
+            std::string::npos);
+  EXPECT_NE(profile_error("draft: {staircut: {probe_budget: 2}}").find("key 'draft.staircut.probe_budget' must be in [0, 1]"),
             std::string::npos);
   EXPECT_NE(profile_error("draft: {staircut: {max_k: 0}}").find("key 'draft.staircut.max_k' must be in [1, 255]"),
             std::string::npos);

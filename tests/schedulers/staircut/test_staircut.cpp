@@ -260,6 +260,38 @@ TEST(StairCut, ProbesAnExpensiveDrafterWhilePlain) {
   for (int step = 0; step < 10; ++step) EXPECT_TRUE(cheap.wants(0, 7));
 }
 
+TEST(StairCut, ProbesASlowDrafterWithinTheProbeBudget) {
+  StairCutOptions o = quiet();
+  o.probe_every = 16;
+  o.probe_budget = 0.02;
+  o.cost_ewma = 1;  // the last propose time is the estimate
+  std::vector<double> t = costs(32, linear);
+  StairCut sc({1}, VerifyCosts(t), o);  // drafting never pays
+  EXPECT_EQ(sc.probe_interval(0), 16);  // not measured yet
+  // A proposal costing 1.5 plain steps: 1.5 / 0.02 = 75 plain steps between probes.
+  sc.record_draft_time(0, 1.5 * t[0]);
+  EXPECT_EQ(sc.probe_interval(0), 75);
+  int probes = 0, last = -1, gap = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (sc.wants(0, 7)) {
+      ++probes;
+      if (last >= 0) gap = step - last;
+      last = step;
+      sc.record_draft_time(0, 1.5 * t[0]);
+    }
+    EXPECT_EQ(sc.pick({}).k, 0);
+  }
+  EXPECT_EQ(probes, 5);  // at plain steps 75, 150, …, 375: about 2 % of the time in proposals
+  EXPECT_EQ(gap, 75);
+  // A cheap drafter keeps probe_every; budget 0 switches the stretch off.
+  sc.record_draft_time(0, 0.1 * t[0]);
+  EXPECT_EQ(sc.probe_interval(0), 16);
+  o.probe_budget = 0;
+  StairCut off({1}, VerifyCosts(t), o);
+  off.record_draft_time(0, 10 * t[0]);
+  EXPECT_EQ(off.probe_interval(0), 16);
+}
+
 TEST(StairCut, GuardForcesPlainWhenDraftingIsSlowerThanMeasured) {
   StairCutOptions o;
   o.cost_ewma = 0;

@@ -95,6 +95,8 @@ class StairCut {
   // Before running an expensive drafter: could a chain of up to max_len of its tokens beat the
   // current choice (bucket-free estimate), or is a probe due?
   bool wants(int drafter, int max_len);
+  // Plain steps between two probes of a drafter (probe_every, stretched by probe_budget).
+  int probe_interval(int drafter) const;
 
   // Retro-scoring: draft j (1-based) of a proposal in `bucket`, compared with committed text.
   void record_acceptance(int drafter, int bucket, int j, bool accepted);
