@@ -251,7 +251,7 @@ std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return make_buffer(by
 
 std::unique_ptr<Buffer> CudaBackend::alloc_detached(size_t bytes) {
   check(!capturing_, "cuda: alloc_detached of ", bytes, " bytes while a graph capture is open (detached memory "
-        "must not be used by recorded work)");
+        "must exist before any recording that uses it)");
   return make_buffer(bytes, true);
 }
 

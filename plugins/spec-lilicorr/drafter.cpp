@@ -74,8 +74,9 @@ bool LiliDrafter::replay(Recording& r, const std::function<void()>& work) {
     r.warm = true;
     return eager();
   }
-  if (graph_stats_.recorded >= kMaxRecordings) {
-    graphs_off(std::to_string(kMaxRecordings) + " recordings did not last (the memory epoch keeps moving)");
+  if (graph_stats_.recorded >= kJudgeRecordings && graph_stats_.replayed < 2 * graph_stats_.recorded) {
+    graphs_off(std::to_string(graph_stats_.recorded) + " recordings replayed " +
+               std::to_string(graph_stats_.replayed) + " times: they do not last (the memory epoch keeps moving)");
     return eager();
   }
   if (!be.begin_capture()) {

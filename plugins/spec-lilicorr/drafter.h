@@ -45,10 +45,11 @@ struct DrafterOptions {
 // DeviceBackbone::append, so a catch-up of up to this many rows reads the weights once.
 constexpr int64_t kBacklogRows = kRowChunk;
 
-// Recordings a drafter makes before it runs op by op for good: each regrowth of the context cache (by
-// doubling) and each move of the memory epoch records again; more than this means the recordings do
-// not last (something releases memory every few steps).
-constexpr int kMaxRecordings = 32;
+// Each regrowth of the context cache (by doubling) and each move of the memory epoch (any ordinary
+// buffer released, e.g. another sequence freed) records a drafter's graphs again. Past this many
+// recordings, a drafter whose recordings were replayed fewer than twice each on average runs op by op
+// for good: they do not last long enough to pay for recording.
+constexpr int kJudgeRecordings = 16;
 
 // What the drafter's graphs did (tests and benchmarks).
 struct DrafterGraphStats {

@@ -72,8 +72,10 @@ class Backend {
 
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
   // Optional: memory that no recorded graph references (prefix checkpoints, a drafter's caches and
-  // scratch). Ask for it outside any capture, and use it only in work queued outside capture; its
-  // release then leaves memory_epoch() where it was, so the Model keeps its recorded graphs.
+  // scratch). Ask for it outside any capture, and use it only in work queued outside capture, or in
+  // graphs of its owner that are never launched after its release (a LiLiCorr drafter's recorded
+  // proposal, dropped when its caches are regrown and destroyed before them); its release then leaves
+  // memory_epoch() where it was, so the Model keeps its recorded graphs.
   // Default: alloc() (whose release moves the epoch, which is always correct).
   virtual std::unique_ptr<Buffer> alloc_detached(size_t bytes) { return alloc(bytes); }
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
