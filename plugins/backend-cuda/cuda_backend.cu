@@ -251,7 +251,7 @@ std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return make_buffer(by
 
 std::unique_ptr<Buffer> CudaBackend::alloc_detached(size_t bytes) {
   check(!capturing_, "cuda: alloc_detached of ", bytes, " bytes while a graph capture is open (detached memory "
-        "must not be used by recorded work)");
+        "must exist before any recording that uses it)");
   return make_buffer(bytes, true);
 }
 
@@ -430,6 +430,37 @@ void CudaBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor&
   check_tensor("attention_full", "v", v, v.rows, kw);
   if (n > 65535) fail("attention_full: ", n, " query rows, at most 65535");
   launch_attention_full(q.f32(), k.f32(), v.f32(), n, rows, nq, nkv, hd, out.f32(), stream());
+}
+
+void CudaBackend::rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                          double theta) {
+  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
+    fail("rope_at: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
+  check_tensor("rope_at", "x", x, x.rows, int64_t(heads) * hd);
+  if (pos0 < 0) fail("rope_at: position ", pos0, " is negative");
+  check_ptr("rope_at", "pos0_device", pos0_device);
+  launch_rope(x.f32(), x.rows, heads, hd, pos0, theta, stream(), pos0_device);
+}
+
+void CudaBackend::attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                                    int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv,
+                                    int hd, const Tensor& out) {
+  if (nq <= 0 || nkv <= 0 || hd <= 0 || nq % nkv != 0 || hd > kMaxHeadDim)
+    fail("attention_full_at: heads must be positive, nq a multiple of nkv and hd ≤ ", kMaxHeadDim, ", found nq=", nq,
+         " nkv=", nkv, " hd=", hd);
+  const int64_t n = q.rows, qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
+  check_tensor("attention_full_at", "q", q, n, qw);
+  check_tensor("attention_full_at", "k", k, n, kw);
+  check_tensor("attention_full_at", "v", v, n, kw);
+  check_tensor("attention_full_at", "out", out, n, qw);
+  if (n <= 0 || n > 65535) fail("attention_full_at: ", n, " query rows, expected 1 … 65535");
+  if (pos0 < 0 || pos0 + n > capacity)
+    fail("attention_full_at: positions [", pos0, ", ", pos0 + n, ") exceed the cache capacity ", capacity);
+  check_ptr("attention_full_at", "k_cache", k_cache);
+  check_ptr("attention_full_at", "v_cache", v_cache);
+  check_ptr("attention_full_at", "pos0_device", pos0_device);
+  launch_kv_append(k.f32(), v.f32(), n, kw, pos0_device, k_cache, v_cache, stream());
+  launch_attention_full(q.f32(), k_cache, v_cache, n, pos0 + n, nq, nkv, hd, out.f32(), stream(), pos0_device);
 }
 
 void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {

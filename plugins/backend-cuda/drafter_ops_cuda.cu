@@ -1,4 +1,5 @@
-// The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
+// The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full and their device-position
+// variants rope_at, attention_full_at, silu_mul, scale_softcap,
 // top_k_logprobs, and the head's attention_bias), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
 // Reductions run in fixed trees that depend on the row's width only, so a row's bits never depend on n.
 #include <algorithm>
@@ -15,9 +16,12 @@ constexpr int kEltThreads = 256;
 constexpr int kAttWarps = 4;
 constexpr int kTopThreads = 1024;
 
-__global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta) {
+// pos0_dev: null, or where the first row's position lies (rope_at; pos0 is then unused).
+__global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t pos0, const int64_t* pos0_dev,
+                            double theta) {
   pdl_wait();
   pdl_trigger();
+  if (pos0_dev) pos0 = *pos0_dev;
   const int half = hd / 2;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
     for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
@@ -35,13 +39,15 @@ __global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t p
 // One block per (query row, query head): kAttWarps warps take keys j ≡ warp (mod kAttWarps), each
 // with an online softmax whose lanes hold head dims lane, lane + 32, …; the warps merge in order.
 // bias: null (attention_full), or [nq·n, rows] added to the scaled scores (attention_bias; n = gridDim.x).
+// pos0_dev: null, or the key rows are *pos0_dev + n (attention_full_at; `rows` is then unused, bias null).
 __global__ void attention_full_kernel(const float* q, const float* k, const float* v, const float* bias, int64_t rows,
-                                      int nq, int nkv, int hd, float scale, float* out) {
+                                      const int64_t* pos0_dev, int nq, int nkv, int hd, float scale, float* out) {
   constexpr int kPer = kMaxHeadDim / 32;
   __shared__ float sm[kAttWarps], sl[kAttWarps];
   __shared__ float sacc[kAttWarps][kMaxHeadDim];
   pdl_wait();
   pdl_trigger();
+  if (pos0_dev) rows = *pos0_dev + int64_t(gridDim.x);
   const int64_t r = blockIdx.x;
   const int hq = blockIdx.y, hk = hq / (nq / nkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -172,24 +178,26 @@ unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, k
 
 }  // namespace
 
-void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream) {
+void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream,
+                 const int64_t* pos0_device) {
   if (rows == 0) return;
-  launch(rope_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(128), 0, stream, "rope", x, rows, heads, hd,
-         pos0, theta);
+  launch(rope_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(128), 0, stream,
+         pos0_device ? "rope_at" : "rope", x, rows, heads, hd, pos0, pos0_device, theta);
 }
 
 void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,
-                           int hd, float* out, cudaStream_t stream) {
+                           int hd, float* out, cudaStream_t stream, const int64_t* pos0_device) {
   if (n == 0) return;
-  launch(attention_full_kernel, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream, "attention_full", q,
-         k, v, static_cast<const float*>(nullptr), rows, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
+  launch(attention_full_kernel, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream,
+         pos0_device ? "attention_full_at" : "attention_full", q, k, v, static_cast<const float*>(nullptr), rows,
+         pos0_device, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
 }
 
 void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
                            int hd, float* out, cudaStream_t stream) {
   if (n == 0) return;
   launch(attention_full_kernel, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream, "attention_bias",
-         q, k, v, bias, n, heads, heads, hd, 1.0f / sqrtf(float(hd)), out);
+         q, k, v, bias, n, static_cast<const int64_t*>(nullptr), heads, heads, hd, 1.0f / sqrtf(float(hd)), out);
 }
 
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream) {

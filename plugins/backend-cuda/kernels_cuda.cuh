@@ -63,11 +63,14 @@ void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, con
 void launch_moe_route(const float* logits, const float* bias, const RouteParams& p, int64_t rows, int32_t* ids,
                       float* weights, cudaStream_t stream);
 
-// Drafter ops (drafter_ops_cuda.cu). x [rows, heads·hd] in place, row r at position pos0 + r.
-void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream);
-// q, out [n, nq·hd]; k, v [≥ rows, nkv·hd]; hd ≤ kMaxHeadDim.
+// Drafter ops (drafter_ops_cuda.cu). x [rows, heads·hd] in place, row r at position pos0 + r, or at
+// *pos0_device + r when pos0_device is not null (read by the kernel: a recorded launch serves any position).
+void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream,
+                 const int64_t* pos0_device = nullptr);
+// q, out [n, nq·hd]; k, v [≥ rows, nkv·hd]; hd ≤ kMaxHeadDim. With pos0_device, the key rows are
+// *pos0_device + n, read by the kernel (`rows` is then unused).
 void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,
-                           int hd, float* out, cudaStream_t stream);
+                           int hd, float* out, cudaStream_t stream, const int64_t* pos0_device = nullptr);
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream);
 void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream);
 // logits [rows, vocab]; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK.

@@ -80,6 +80,14 @@ void CpuBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor& 
                                 int hd, const Tensor& out) {
   cpu::attention_full(q, k, v, rows, nq, nkv, hd, out);
 }
+void CpuBackend::rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) {
+  cpu::rope_at(x, heads, hd, pos0, pos0_device, theta);
+}
+void CpuBackend::attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                                   int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                                   const Tensor& out) {
+  cpu::attention_full_at(q, k, v, k_cache, v_cache, capacity, pos0, pos0_device, nq, nkv, hd, out);
+}
 void CpuBackend::silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) { cpu::silu_mul(g, u, out); }
 void CpuBackend::scale_softcap(const Tensor& x, float s, float cap) { cpu::scale_softcap(x, s, cap); }
 void CpuBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {

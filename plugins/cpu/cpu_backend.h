@@ -32,6 +32,11 @@ class CpuBackend final : public Backend {
   void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) override;
   void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv, int hd,
                       const Tensor& out) override;
+  // The device-position variants check *pos0_device (host memory here) against pos0.
+  void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) override;
+  void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                         int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                         const Tensor& out) override;
   void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override;
   void scale_softcap(const Tensor& x, float s, float cap) override;
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override;

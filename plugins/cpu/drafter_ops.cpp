@@ -1,8 +1,9 @@
-// The drafter ops of the CPU backend (tandem/backend.h: rope, attention_full, silu_mul, scale_softcap,
-// top_k_logprobs, and the head's attention_bias): the arithmetic of the LiLiCorr plugin's host
+// The drafter ops of the CPU backend (tandem/backend.h: rope, attention_full and their device-position
+// variants, silu_mul, scale_softcap, top_k_logprobs, and the head's attention_bias): the arithmetic of the LiLiCorr plugin's host
 // reference, one row at a time.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "check.h"
@@ -81,6 +82,39 @@ void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t r
              out.row(r) + int64_t(hq) * hd);
     }
   });
+}
+
+namespace {
+
+void check_pos0_device(const char* op, int64_t pos0, const int64_t* pos0_device) {
+  check_ptr(op, "pos0_device", pos0_device);
+  check(*pos0_device == pos0, op, ": the position in device memory is ", *pos0_device, ", the host's ", pos0);
+}
+
+}  // namespace
+
+void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) {
+  check_pos0_device("rope_at", pos0, pos0_device);
+  rope(x, heads, hd, pos0, theta);
+}
+
+void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                       int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                       const Tensor& out) {
+  check_pos0_device("attention_full_at", pos0, pos0_device);
+  check(nq > 0 && nkv > 0 && hd > 0, "attention_full_at: heads and head_dim must be positive, found nq=", nq,
+        " nkv=", nkv, " hd=", hd);
+  const int64_t n = q.rows, kw = int64_t(nkv) * hd;
+  check_tensor("attention_full_at", "k", k, n, kw);
+  check_tensor("attention_full_at", "v", v, n, kw);
+  check(n > 0 && pos0 >= 0 && pos0 + n <= capacity, "attention_full_at: positions [", pos0, ", ", pos0 + n,
+        ") exceed the cache capacity ", capacity);
+  check_ptr("attention_full_at", "k_cache", k_cache);
+  check_ptr("attention_full_at", "v_cache", v_cache);
+  const size_t bytes = size_t(n * kw) * sizeof(float);
+  std::memmove(k_cache + pos0 * kw, k.f32(), bytes);
+  std::memmove(v_cache + pos0 * kw, v.f32(), bytes);
+  attention_full(q, Tensor::f32(k_cache, capacity, kw), Tensor::f32(v_cache, capacity, kw), pos0 + n, nq, nkv, hd, out);
 }
 
 void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,

@@ -29,6 +29,12 @@ void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, in
 void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta);
 void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t rows, int nq, int nkv, int hd,
                     const Tensor& out);
+// The device-position variants (Backend::rope_at, attention_full_at): host memory, so *pos0_device is
+// checked against pos0.
+void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta);
+void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                       int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                       const Tensor& out);
 void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out);
 void scale_softcap(const Tensor& x, float s, float cap);
 void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp);

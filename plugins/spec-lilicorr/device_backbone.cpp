@@ -123,6 +123,11 @@ DeviceBackbone::DeviceBackbone(Backend& backend, std::shared_ptr<const DeviceWei
   g_ = f32(int64_t(c.block) * c.intermediate);
   u_ = f32(int64_t(c.block) * c.intermediate);
   last_ = f32(H);
+  const int64_t kd = int64_t(c.kv_heads) * c.head_dim;
+  kb_ = f32(int64_t(c.block) * kd);
+  vb_ = f32(int64_t(c.block) * kd);
+  static_assert(sizeof(int64_t) == 2 * sizeof(float), "the block's position takes two floats' room");
+  pos_ = f32(2);
   k_.resize(size_t(c.layers));
   v_.resize(size_t(c.layers));
   reserve(2 * kRowChunk);
@@ -147,19 +152,19 @@ void DeviceBackbone::reserve(int64_t rows) {
       b = std::move(grown);
     }
   capacity_ = cap;
+  ++generation_;
 }
 
-void DeviceBackbone::project_kv(size_t l, const Tensor& h, int64_t n) {
+void DeviceBackbone::project_kv(size_t l, const Tensor& h, const Tensor& k, const Tensor& v, int64_t pos0,
+                                const int64_t* pos0_device) {
   const BackboneConfig& c = w_->c;
   const DeviceLayer& L = w_->layers[l];
-  const int64_t kd = int64_t(c.kv_heads) * c.head_dim;
-  const Tensor k = buf(k_[l], capacity_, kd).slice_rows(rows_, n);
-  const Tensor v = buf(v_[l], capacity_, kd).slice_rows(rows_, n);
   apply(be_, L.k, h, k);
   apply(be_, L.v, h, v);
-  const Tensor heads(k.data, DType::F32, n * c.kv_heads, c.head_dim);
+  const Tensor heads(k.data, DType::F32, k.rows * c.kv_heads, c.head_dim);
   be_.rms_norm(heads, static_cast<const float*>(L.k_norm->data()), c.eps, heads);
-  be_.rope(k, c.kv_heads, c.head_dim, rows_, c.rope_theta);
+  if (pos0_device) be_.rope_at(k, c.kv_heads, c.head_dim, pos0, pos0_device, c.rope_theta);
+  else be_.rope(k, c.kv_heads, c.head_dim, pos0, c.rope_theta);
 }
 
 void DeviceBackbone::append(const std::vector<Tensor>& taps, int64_t r0, int64_t n) {
@@ -180,11 +185,21 @@ void DeviceBackbone::append(const std::vector<Tensor>& taps, int64_t r0, int64_t
       }
     }
     be_.rms_norm(ctx, static_cast<const float*>(w_->hidden_norm->data()), c.eps, ctx);
-    for (size_t l = 0; l < w_->layers.size(); ++l) project_kv(l, ctx, m);
+    const int64_t kd = int64_t(c.kv_heads) * c.head_dim;
+    for (size_t l = 0; l < w_->layers.size(); ++l)
+      project_kv(l, ctx, buf(k_[l], capacity_, kd).slice_rows(rows_, m), buf(v_[l], capacity_, kd).slice_rows(rows_, m),
+                 rows_, nullptr);
     be_.copy(ctx.slice_rows(m - 1, 1), buf(last_, 1, H));
     rows_ += m;
+    prepared_ = -1;
     done += m;
   }
+}
+
+void DeviceBackbone::prepare_block() {
+  reserve(rows_ + w_->c.block);
+  be_.upload(pos_->data(), &rows_, sizeof(int64_t));
+  prepared_ = rows_;
 }
 
 void DeviceBackbone::run_block(const Tensor& x, const Tensor& out) {
@@ -193,19 +208,24 @@ void DeviceBackbone::run_block(const Tensor& x, const Tensor& out) {
   const int64_t qd = int64_t(c.heads) * hd, kd = int64_t(c.kv_heads) * hd;
   check(x.rows == B && x.cols == H && out.rows == B - 1 && out.cols == H, "lilicorr: block ", x.rows, "×", x.cols,
         " into ", out.rows, "×", out.cols, ", expected ", B, "×", H, " into ", B - 1, "×", H);
-  reserve(T + B);
+  check(prepared_ == T && T + B <= capacity_, "lilicorr: a block pass at position ", T,
+        " without prepare_block() (prepared for ", prepared_, ")");
+  const int64_t* pos = block_position();
   const Tensor h = buf(h_, B, H), d = buf(d_, B, H), q = buf(q_, B, qd), att = buf(att_, B, qd);
   const Tensor g = buf(g_, B, c.intermediate), u = buf(u_, B, c.intermediate);
+  const Tensor kb = buf(kb_, B, kd), vb = buf(vb_, B, kd);
   for (size_t l = 0; l < w_->layers.size(); ++l) {
     const DeviceLayer& L = w_->layers[l];
     be_.rms_norm(x, static_cast<const float*>(L.input_norm->data()), c.eps, h);
     apply(be_, L.q, h, q);
     const Tensor qh(q.data, DType::F32, B * c.heads, hd);
     be_.rms_norm(qh, static_cast<const float*>(L.q_norm->data()), c.eps, qh);
-    be_.rope(q, c.heads, int(hd), T, c.rope_theta);
-    // The block's K/V go into the cache rows after the context, which the next append overwrites.
-    project_kv(l, h, B);
-    be_.attention_full(q, buf(k_[l], T + B, kd), buf(v_[l], T + B, kd), T + B, c.heads, c.kv_heads, int(hd), att);
+    be_.rope_at(q, c.heads, int(hd), T, pos, c.rope_theta);
+    // The block's K/V go into the cache rows after the context (at the device's position, so that a
+    // recording holds no row address), which the next append overwrites.
+    project_kv(l, h, kb, vb, T, pos);
+    be_.attention_full_at(q, kb, vb, static_cast<float*>(k_[l]->data()), static_cast<float*>(v_[l]->data()),
+                          capacity_, T, pos, c.heads, c.kv_heads, int(hd), att);
     apply(be_, L.o, att, d);
     be_.add_rms_norm(x, d, static_cast<const float*>(L.post_norm->data()), c.eps, h);
     apply(be_, L.gate, h, g);

@@ -130,6 +130,27 @@ void DeviceHead::linear(const DeviceLinear& L, const Tensor& x, const Tensor& y)
 
 void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass, const Tensor& anchor, bool anchor_valid,
                        HeadScores& out) {
+  features(logp);
+  run(emb, pass, anchor, anchor_valid);
+  fetch(out);
+}
+
+void DeviceHead::features(const float* logp) {
+  const HeadConfig& c = w_->c;
+  lattice_features(int(c.slots()), int(c.topk), logp, w_->feature_norm_w, w_->feature_norm_b, feat_.data());
+  be_.upload(feat_dev_->data(), feat_.data(), feat_.size() * sizeof(float));
+}
+
+void DeviceHead::fetch(HeadScores& out) {
+  const HeadConfig& c = w_->c;
+  const int64_t S = c.slots(), K = c.topk;
+  std::vector<float> all(size_t(K + (S - 1) * K * K));
+  be_.download(all.data(), scores_->data(), all.size() * sizeof(float));
+  out.start.assign(all.begin(), all.begin() + K);
+  out.pairs.assign(all.begin() + K, all.end());
+}
+
+void DeviceHead::run(const Tensor& emb, const Tensor& pass, const Tensor& anchor, bool anchor_valid) {
   const DeviceHeadWeights& W = *w_;
   const HeadConfig& c = W.c;
   const int64_t S = c.slots(), K = c.topk, n = S * K, H = c.model_hidden, Hh = c.hidden, F = c.factor;
@@ -143,8 +164,6 @@ void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass,
   // Nodes: token_proj(E[c]) + feature_mlp(LN(features)) + pass_hidden_proj(p_s) + slot + rank.
   if (W.token_proj.w) linear(W.token_proj, emb, x);
   else be_.copy(emb, x);
-  lattice_features(int(S), int(K), logp, W.feature_norm_w, W.feature_norm_b, feat_.data());
-  be_.upload(feat_dev_->data(), feat_.data(), feat_.size() * sizeof(float));
   linear(W.feature_up, buf(feat_dev_, n, 5), h);
   be_.silu_mul(h, buf(ones_, n, Hh), h);
   linear(W.feature_down, h, d);
@@ -194,16 +213,12 @@ void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass,
   be_.normalize_rows(in, c.vector_eps);
   be_.normalize_rows(ao, c.vector_eps);
 
-  // start[k] = λ⟨ao, i[0, k]⟩; pairs[s][k][k′] = λ⟨o[s, k], i[s + 1, k′]⟩: one download.
+  // start[k] = λ⟨ao, i[0, k]⟩; pairs[s][k][k′] = λ⟨o[s, k], i[s + 1, k′]⟩: one download (fetch).
   float* sc = static_cast<float*>(scores_->data());
   be_.group_dots(ao, in.slice_rows(0, K), 1, c.logit_scale, Tensor::f32(sc, 1, K));
   if (S > 1)
     be_.group_dots(o.slice_rows(0, (S - 1) * K), in.slice_rows(K, (S - 1) * K), S - 1, c.logit_scale,
                    Tensor::f32(sc + K, S - 1, K * K));
-  std::vector<float> all(size_t(K + (S - 1) * K * K));
-  be_.download(all.data(), sc, all.size() * sizeof(float));
-  out.start.assign(all.begin(), all.begin() + K);
-  out.pairs.assign(all.begin() + K, all.end());
 }
 
 }  // namespace tandem::lilicorr

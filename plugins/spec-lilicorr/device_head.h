@@ -7,7 +7,8 @@
 // reference that tests compare against.
 // Owner: DeviceHeadWeights belong to one (checkpoint, target) pair and are shared read-only by the
 // drafters made for it; a DeviceHead (its scratch) belongs to one drafter. Thread: the engine thread.
-// Sync: score() queues the lattice, then downloads the scores (that download synchronizes).
+// Sync: score() queues the lattice, then downloads the scores (that download synchronizes); run() only
+// queues work (a drafter may record it as a CUDA graph).
 #pragma once
 #include <memory>
 #include <vector>
@@ -52,8 +53,16 @@ class DeviceHead {
   // Scores the full lattice (all S slots) like score() in head.h: emb [S·K, H] (candidates' target
   // embeddings, slot-major), pass [S, H] and anchor [1, H] in device memory, logp [S·K] on the host.
   // out gets the downloaded start [K] and pairs [(S − 1)·K·K].
+  // The same as features(logp), run(…), fetch(out).
   void score(const Tensor& emb, const float* logp, const Tensor& pass, const Tensor& anchor, bool anchor_valid,
              HeadScores& out);
+  // The three parts of score(), for a drafter that records run() in a graph (drafter.cpp): the nodes'
+  // features built on the host from logp and uploaded (queued, never recorded); the lattice and its
+  // scores, recordable (fixed addresses: emb, pass and anchor must keep theirs between replays, and
+  // nothing read from the host); the scores' download (it synchronizes).
+  void features(const float* logp);
+  void run(const Tensor& emb, const Tensor& pass, const Tensor& anchor, bool anchor_valid);
+  void fetch(HeadScores& out);
 
  private:
   Tensor buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const;

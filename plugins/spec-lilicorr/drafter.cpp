@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "synth.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
@@ -42,6 +44,70 @@ LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const Dra
     for (size_t t = 0; t < c.target_layers.size(); ++t) backlog_dev_.push_back(f32(kBacklogRows * c.hidden));
   const char* names[kStages] = {"catch-up", "block", "candidates", "download", "head", "flush"};
   for (int i = 0; i < kStages; ++i) stage_[i].name = names[i];
+  if (!opt_.graphs) graph_stats_.off = "draft.lilicorr.graphs is false";
+  else graph_stats_.off = ctx_.backend->graphs_off_reason();
+}
+
+void LiliDrafter::graphs_off(const std::string& why) {
+  graph_stats_.off = why;
+  rec_block_ = {}, rec_cand_ = {}, rec_head_ = {};
+  spdlog::warn("lilicorr: graphs off: {}; proposals run op by op", why);
+}
+
+bool LiliDrafter::replay(Recording& r, const std::function<void()>& work) {
+  Backend& be = *ctx_.backend;
+  auto eager = [&] {
+    ++graph_stats_.eager;
+    return false;
+  };
+  if (!graph_stats_.off.empty()) return eager();
+  // A graph holds the addresses of everything it touches: the context caches (regrown: a new
+  // generation) and any ordinary buffer, the target's included (released: a new epoch).
+  const uint64_t epoch = be.memory_epoch(), generation = dev_.cache_generation();
+  if (r.graph && (r.epoch != epoch || r.generation != generation)) r.graph.reset();
+  if (r.graph) {
+    r.graph->launch();
+    ++graph_stats_.replayed;
+    return true;
+  }
+  if (!r.warm) {  // the first run grows whatever scratch its ops keep, so that the recording allocates nothing
+    r.warm = true;
+    return eager();
+  }
+  if (graph_stats_.recorded >= kJudgeRecordings && graph_stats_.replayed < 2 * graph_stats_.recorded) {
+    graphs_off(std::to_string(graph_stats_.recorded) + " recordings replayed " +
+               std::to_string(graph_stats_.replayed) + " times: they do not last (the memory epoch keeps moving)");
+    return eager();
+  }
+  if (!be.begin_capture()) {
+    graphs_off("backend '" + be.device() + "' cannot record graphs");
+    return eager();
+  }
+  try {
+    work();
+  } catch (const std::exception& e) {
+    (void)be.end_capture();  // nothing recorded ran; the caller runs it op by op
+    graphs_off(std::string("a proposal could not be recorded (") + e.what() + ")");
+    return eager();
+  }
+  std::unique_ptr<Graph> g;
+  try {
+    g = be.end_capture();
+  } catch (const std::exception& e) {
+    graphs_off(std::string("a recorded proposal could not be made a graph (") + e.what() + ")");
+    return eager();
+  }
+  if (!g || be.memory_epoch() != epoch) {
+    // A buffer was allocated or released while recording: op by op this time, recorded again next time.
+    if (++dropped_ >= 3) graphs_off("3 recordings allocated or released buffers");
+    return eager();
+  }
+  g->launch();
+  r.graph = std::move(g);
+  r.epoch = epoch;
+  r.generation = generation;
+  ++graph_stats_.recorded;
+  return true;
 }
 
 std::vector<SpeculatorStage> LiliDrafter::stages() const {
@@ -140,30 +206,29 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   // Drafts need every committed position but the last one fed (the anchor has no row yet).
   if (max_n <= 0 || last_ < 0 || fed_ == 0 || fed_ != committed_ - 1) return;
   const BackboneConfig& c = w_->backbone.c;
-  const int64_t B = c.block, S = B - 1, H = c.hidden, V = ctx_.vocab;
+  const int64_t B = c.block, S = B - 1, H = c.hidden;
   const int K = w_->head ? w_->head->c.topk : 1;
   Backend& be = *ctx_.backend;
   if (opt_.profile) be.synchronize(), lap_start_ = now_seconds();
   catch_up(kCatchUp);
   ++block_steps_;
 
-  // The block [anchor, mask × (B − 1)], embedded by the target's table.
+  // Outside any recording: the block [anchor, mask × (B − 1)] embedded by the target's table (the ids
+  // go to the weight format's get_rows by value, as in the Model's recorded passes), and the block's
+  // position uploaded, which the recorded pass reads.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
   ids[0] = last_;
-  const Tensor x = Tensor::f32(static_cast<float*>(x_dev_->data()), B, H);
-  ctx_.embedding->get_rows(ids.data(), int(B), x);
-  if (c.embedding_scale != 1.0f) be.scale_softcap(x, c.embedding_scale, 0.0f);
-  const Tensor rows = Tensor::f32(static_cast<float*>(rows_dev_->data()), S, H);
-  dev_.run_block(x, rows);
-  lap(kBlock);
-  const Tensor logits = Tensor::f32(static_cast<float*>(logits_dev_->data()), S, V);
-  ctx_.lm_head->matmul(rows, logits);
-  if (c.output_multiplier != 1.0f || c.softcap > 0) be.scale_softcap(logits, c.output_multiplier, c.softcap);
-  // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties); K = 1: argmax.
-  auto* cand_dev = static_cast<int32_t*>(out_dev_->data());
-  auto* logp_dev = static_cast<float*>(out_dev_->data()) + S * K;
-  be.top_k_logprobs(logits, K, cand_dev, logp_dev);
-  lap(kCandidates);
+  ctx_.embedding->get_rows(ids.data(), int(B), Tensor::f32(static_cast<float*>(x_dev_->data()), B, H));
+  dev_.prepare_block();
+  if (opt_.profile) {  // the stages apart: two graphs, a synchronization between them
+    if (!replay(rec_block_, [&] { block_pass(); })) block_pass();
+    lap(kBlock);
+    if (!replay(rec_cand_, [&] { candidates(); })) candidates();
+    lap(kCandidates);
+  } else if (!replay(rec_block_, [&] { block_pass(), candidates(); })) {
+    block_pass();
+    candidates();
+  }
   std::vector<int32_t>& both = both_;  // ids, then the log-probabilities' bits
   both.resize(size_t(2 * S * K));
   be.download(both.data(), out_dev_->data(), both.size() * sizeof(int32_t));
@@ -177,9 +242,15 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   if (!w_->head) {
     block_ = cand_;
   } else {
+    // The candidates' embeddings and the features outside the recording (host ids and values), the
+    // lattice recorded (it reads fixed buffers only).
     const Tensor ce = Tensor::f32(static_cast<float*>(emb_dev_->data()), S * K, H);
+    const Tensor rows = Tensor::f32(static_cast<float*>(rows_dev_->data()), S, H);
     ctx_.embedding->get_rows(cand_.data(), int(S * K), ce);
-    head_->score(ce, logp_.data(), rows, dev_.last_row(), true, scores_);
+    head_->features(logp_.data());
+    auto lattice = [&] { head_->run(ce, rows, dev_.last_row(), true); };
+    if (!replay(rec_head_, lattice)) lattice();
+    head_->fetch(scores_);
     lap(kHead);  // the scores' download included (the head's own)
     path_ = greedy_path(scores_, int(S), K);
     for (int64_t s = 0; s < S; ++s) block_[size_t(s)] = cand_[size_t(s * K + path_[size_t(s)])];
@@ -188,12 +259,32 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   out.tokens.assign(block_.begin(), block_.begin() + std::min<int64_t>(max_n, S));
 }
 
+void LiliDrafter::block_pass() {
+  const BackboneConfig& c = w_->backbone.c;
+  const Tensor x = Tensor::f32(static_cast<float*>(x_dev_->data()), c.block, c.hidden);
+  if (c.embedding_scale != 1.0f) ctx_.backend->scale_softcap(x, c.embedding_scale, 0.0f);
+  dev_.run_block(x, Tensor::f32(static_cast<float*>(rows_dev_->data()), c.block - 1, c.hidden));
+}
+
+void LiliDrafter::candidates() {
+  const BackboneConfig& c = w_->backbone.c;
+  const int64_t S = c.block - 1, K = w_->head ? w_->head->c.topk : 1;
+  const Tensor logits = Tensor::f32(static_cast<float*>(logits_dev_->data()), S, ctx_.vocab);
+  ctx_.lm_head->matmul(Tensor::f32(static_cast<float*>(rows_dev_->data()), S, c.hidden), logits);
+  if (c.output_multiplier != 1.0f || c.softcap > 0)
+    ctx_.backend->scale_softcap(logits, c.output_multiplier, c.softcap);
+  // Top-K of log_softmax over the whole vocabulary, descending (lowest id first on ties); K = 1: argmax.
+  ctx_.backend->top_k_logprobs(logits, int(K), static_cast<int32_t*>(out_dev_->data()),
+                               static_cast<float*>(out_dev_->data()) + S * K);
+}
+
 std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, SpeculatorSettings& settings) {
   std::string path = settings.text("path", "");
   DrafterOptions o;
   o.head_rows = settings.integer("head_rows", kHeadMatmulRows, 0, 1 << 20);
   o.defer = settings.flag("defer", true);
   o.profile = settings.flag("profile", false);
+  o.graphs = settings.flag("graphs", true);
   settings.finish();
   check(!path.empty(), settings.source().empty() ? "" : settings.source() + ": ",
         "key 'draft.lilicorr.path' is required (the drafter's checkpoint folder)");

@@ -12,6 +12,7 @@
 // Thread: the engine thread. Sync: propose() returns host tokens; its downloads synchronize with the
 // target's stream.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,11 +38,26 @@ struct DrafterOptions {
   int64_t head_rows = kHeadMatmulRows;  // rows per matmul call of the head (DeviceHead; 0 = all at once)
   bool defer = true;     // committed rows wait for the next proposal (false: projected as they arrive)
   bool profile = false;  // time each stage (stages()), synchronizing the device around each
+  bool graphs = true;    // record the block pass and the head as graphs (where the backend records them)
 };
 
 // Rows of committed taps a drafter keeps before it projects them without a proposal: one chunk of
 // DeviceBackbone::append, so a catch-up of up to this many rows reads the weights once.
 constexpr int64_t kBacklogRows = kRowChunk;
+
+// Each regrowth of the context cache (by doubling) and each move of the memory epoch (any ordinary
+// buffer released, e.g. another sequence freed) records a drafter's graphs again. Past this many
+// recordings, a drafter whose recordings were replayed fewer than twice each on average runs op by op
+// for good: they do not last long enough to pay for recording.
+constexpr int kJudgeRecordings = 16;
+
+// What the drafter's graphs did (tests and benchmarks).
+struct DrafterGraphStats {
+  int64_t recorded = 0;  // graphs recorded (each also ran once)
+  int64_t replayed = 0;  // launches of a recorded graph
+  int64_t eager = 0;     // recordable parts run op by op (graphs off, or a first run)
+  std::string off;       // why graphs are off ("" while on)
+};
 
 class LiliDrafter : public Speculator {
  public:
@@ -71,9 +87,24 @@ class LiliDrafter : public Speculator {
   int64_t context_rows() const { return dev_.rows(); }
   int64_t backlog_rows() const { return backlog_; }  // committed rows not yet in the context (tests)
   int64_t block_steps() const { return block_steps_; }  // block passes run so far (tests)
+  const DrafterGraphStats& graph_stats() const { return graph_stats_; }
 
  private:
   enum Stage { kCatchUp, kBlock, kCandidates, kDownload, kHead, kFlush, kStages };
+  // One recorded part of a proposal: the graph and the state its addresses belong to.
+  struct Recording {
+    bool warm = false;  // ran once op by op (every scratch it needs has grown)
+    std::unique_ptr<Graph> graph;
+    uint64_t epoch = 0, generation = 0;  // Backend::memory_epoch(), DeviceBackbone::cache_generation()
+  };
+  // Runs `work` (recordable ops only) from r's graph, recording it on its second run; returns false,
+  // having run nothing, when the caller must run it op by op (graphs off, or its first run).
+  bool replay(Recording& r, const std::function<void()>& work);
+  void graphs_off(const std::string& why);
+  // The parts of a proposal: the block pass and the LM head with top-K (recordable), the head (features
+  // uploaded, then the recordable lattice).
+  void block_pass();
+  void candidates();
   void take(const TargetHidden& h);
   // Projects the backlog into the context (one batched append).
   void catch_up(Stage as);
@@ -100,6 +131,11 @@ class LiliDrafter : public Speculator {
   // x, rows, logits, candidates' embeddings; out: the candidates' ids [S·K] int32 then their
   // log-probabilities [S·K] f32, side by side so that one download brings both.
   std::unique_ptr<Buffer> x_dev_, rows_dev_, logits_dev_, emb_dev_, out_dev_;
+  // After every buffer they hold (destroyed first). Without profiling the block pass and the
+  // candidates are one graph (rec_block_); with it, two (rec_block_, rec_cand_), timed apart.
+  Recording rec_block_, rec_cand_, rec_head_;
+  DrafterGraphStats graph_stats_;
+  int dropped_ = 0;  // recordings dropped for allocating or releasing
 };
 
 class LiliFactory : public SpeculatorFactory {

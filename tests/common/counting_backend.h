@@ -92,6 +92,13 @@ class CountingBackend final : public Backend {
                       const Tensor& out) override {
     in_->attention_full(q, k, v, rows, nq, nkv, hd, out);
   }
+  void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) override {
+    in_->rope_at(x, heads, hd, pos0, pos0_device, theta);
+  }
+  void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* kc, float* vc, int64_t capacity,
+                         int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd, const Tensor& out) override {
+    in_->attention_full_at(q, k, v, kc, vc, capacity, pos0, pos0_device, nq, nkv, hd, out);
+  }
   void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override { in_->silu_mul(g, u, out); }
   void scale_softcap(const Tensor& x, float s, float cap) override { in_->scale_softcap(x, s, cap); }
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override {

@@ -72,8 +72,10 @@ class Backend {
 
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
   // Optional: memory that no recorded graph references (prefix checkpoints, a drafter's caches and
-  // scratch). Ask for it outside any capture, and use it only in work queued outside capture; its
-  // release then leaves memory_epoch() where it was, so the Model keeps its recorded graphs.
+  // scratch). Ask for it outside any capture, and use it only in work queued outside capture, or in
+  // graphs of its owner that are never launched after its release (a LiLiCorr drafter's recorded
+  // proposal, dropped when its caches are regrown and destroyed before them); its release then leaves
+  // memory_epoch() where it was, so the Model keeps its recorded graphs.
   // Default: alloc() (whose release moves the epoch, which is always correct).
   virtual std::unique_ptr<Buffer> alloc_detached(size_t bytes) { return alloc(bytes); }
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
@@ -150,6 +152,30 @@ class Backend {
                               int hd, const Tensor& out) {
     (void)q, (void)k, (void)v, (void)rows, (void)nq, (void)nkv, (void)hd, (void)out;
     fail("backend '", device(), "' has no attention_full");
+  }
+  // Optional (graph capture of a drafter's block pass): rope() with the first position read from device
+  // memory when the work runs: *pos0_device (int64, written in stream order before) must equal pos0,
+  // the host's copy (validation, and backends that cannot capture). Default: rope() with pos0.
+  virtual void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) {
+    (void)pos0_device;
+    rope(x, heads, hd, pos0, theta);
+  }
+  // Optional (graph capture): unmasked attention over a cache that grows. The new rows k/v [n, nkv·hd]
+  // are written into the caches (rows of nkv·hd, `capacity` of them) at positions pos0 … pos0 + n − 1,
+  // then every row of q [n, nq·hd] attends to cache rows 0 … pos0 + n − 1 (attention_full of those
+  // rows). pos0 is read from *pos0_device when the work runs, as attention_at(); the host's pos0 must
+  // equal it. out [n, nq·hd]. Default: the copies and attention_full() with the host's pos0.
+  virtual void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
+                                 int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
+                                 const Tensor& out) {
+    (void)pos0_device;
+    const int64_t n = q.rows, kw = int64_t(nkv) * hd;
+    check(n > 0 && pos0 >= 0 && pos0 + n <= capacity, "backend '", device(), "': attention_full_at of positions [",
+          pos0, ", ", pos0 + n, ") in a cache of ", capacity, " rows");
+    const Tensor kc = Tensor::f32(k_cache, capacity, kw), vc = Tensor::f32(v_cache, capacity, kw);
+    copy(k, kc.slice_rows(pos0, n));
+    copy(v, vc.slice_rows(pos0, n));
+    attention_full(q, kc, vc, pos0 + n, nq, nkv, hd, out);
   }
   // SwiGLU: out = silu(g) ⊙ u, silu(v) = v / (1 + e^−v). g, u, out [n, D] (out may alias g or u).
   virtual void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {

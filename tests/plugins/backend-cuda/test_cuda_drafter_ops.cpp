@@ -1,11 +1,13 @@
-// The CUDA backend's drafter ops (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs), each
-// against its CPU twin (plugins/cpu/drafter_ops.cpp) on random inputs of several shapes, outputs
-// poisoned with NaN first.
+// The CUDA backend's drafter ops (rope, attention_full, their device-position variants rope_at and
+// attention_full_at, silu_mul, scale_softcap, top_k_logprobs), each against its CPU twin
+// (plugins/cpu/drafter_ops.cpp) on random inputs of several shapes, outputs poisoned with NaN first;
+// the device-position variants also recorded once and replayed at other positions.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "cuda_test.h"
 #include "plugins/cpu/kernels.h"
@@ -62,6 +64,87 @@ TEST_F(CudaDrafterOps, AttentionFullMatchesCpuAndRowsAreBatchInvariant) {
   }
 }
 
+// rope_at: the CPU twin at the host's position on fresh inputs (output in place, so the inputs are the
+// poison: a row the kernel skips keeps its unturned values and fails), the same bits as rope(); then
+// one recording replayed at other positions written to device memory gives rope()'s bits there.
+TEST_F(CudaDrafterOps, RopeAtMatchesCpuAndOneRecordingServesEveryPosition) {
+  for (auto [rows, heads, hd, pos0] : {std::tuple{8, 4, 16, int64_t(3)}, std::tuple{7, 8, 128, int64_t(4093)},
+                                      std::tuple{16, 2, 64, int64_t(100000)}}) {
+    const int64_t w = int64_t(heads) * hd;
+    auto x = random_vec(size_t(rows * w), uint64_t(rows + hd + 7), -2.f, 2.f);
+    std::vector<float> ref = x;
+    cpu::rope_at(Tensor::f32(ref.data(), rows, w), heads, hd, pos0, &pos0, 1e6);
+    auto pos = to_device(*be, std::vector<int64_t>{pos0});
+    auto dx = to_device(*be, x), dr = to_device(*be, x);
+    be->rope_at(Tensor::f32(dx.p(), rows, w), heads, hd, pos0, pos.p(), 1e6);
+    be->rope(Tensor::f32(dr.p(), rows, w), heads, hd, pos0, 1e6);
+    const auto got = to_host(*be, dx);
+    record(("rope_at " + std::to_string(hd) + " at " + std::to_string(pos0)).c_str(), max_rel_err(got, ref),
+           pos0 > 10000 ? 5e-3 : 1e-5);
+    EXPECT_TRUE(same_bits(got, to_host(*be, dr))) << "rope_at and rope differ at " << pos0;
+
+    auto rec = to_device(*be, x);
+    ASSERT_TRUE(be->begin_capture());
+    be->rope_at(Tensor::f32(rec.p(), rows, w), heads, hd, pos0, pos.p(), 1e6);
+    auto graph = be->end_capture();
+    ASSERT_TRUE(graph != nullptr);
+    for (int64_t at : {int64_t(0), pos0 + 1, int64_t(777), pos0}) {
+      be->upload(rec.p(), x.data(), x.size() * sizeof(float));
+      be->upload(pos.p(), &at, sizeof(at));
+      graph->launch();
+      auto want = to_device(*be, x);
+      be->rope(Tensor::f32(want.p(), rows, w), heads, hd, at, 1e6);
+      EXPECT_TRUE(same_bits(to_host(*be, rec), to_host(*be, want))) << "replayed at " << at;
+    }
+  }
+}
+
+// attention_full_at: the new rows land in the caches at the position and every query row attends over
+// rows 0 … pos0 + n − 1, as the CPU twin does (outputs poisoned, cache rows past the block random and
+// left alone); one recording replayed at other positions gives the bits of a direct call there.
+TEST_F(CudaDrafterOps, AttentionFullAtMatchesCpuAndOneRecordingServesEveryPosition) {
+  for (auto [n, pos0, nq, nkv, hd] : {std::tuple{8, int64_t(0), 4, 2, 16}, std::tuple{16, int64_t(300), 32, 4, 128},
+                                      std::tuple{3, int64_t(1), 2, 1, 64}, std::tuple{16, int64_t(1000), 8, 8, 96}}) {
+    const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd, cap = pos0 + n + 40;
+    auto q = random_vec(size_t(n * qw), 21, -1.f, 1.f);
+    auto k = random_vec(size_t(n * kw), 22, -1.f, 1.f), v = random_vec(size_t(n * kw), 23, -1.f, 1.f);
+    auto kc = random_vec(size_t(cap * kw), 24, -1.f, 1.f), vc = random_vec(size_t(cap * kw), 25, -1.f, 1.f);
+    std::vector<float> kref = kc, vref = vc, ref(size_t(n * qw));
+    cpu::attention_full_at(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), n, kw), Tensor::f32(v.data(), n, kw),
+                           kref.data(), vref.data(), cap, pos0, &pos0, nq, nkv, hd, Tensor::f32(ref.data(), n, qw));
+    auto pos = to_device(*be, std::vector<int64_t>{pos0});
+    auto dq = to_device(*be, q), dk = to_device(*be, k), dv = to_device(*be, v);
+    auto dkc = to_device(*be, kc), dvc = to_device(*be, vc);
+    auto dout = poisoned_device(*be, ref.size());
+    const Tensor tq = Tensor::f32(dq.p(), n, qw), tk = Tensor::f32(dk.p(), n, kw), tv = Tensor::f32(dv.p(), n, kw);
+    be->attention_full_at(tq, tk, tv, dkc.p(), dvc.p(), cap, pos0, pos.p(), nq, nkv, hd, Tensor::f32(dout.p(), n, qw));
+    const std::string what = "attention_full_at " + std::to_string(n) + " at " + std::to_string(pos0);
+    record(what.c_str(), max_rel_err(to_host(*be, dout), ref), 1e-5);
+    EXPECT_TRUE(same_bits(to_host(*be, dkc), kref)) << what << ": k cache";
+    EXPECT_TRUE(same_bits(to_host(*be, dvc), vref)) << what << ": v cache";
+
+    auto rkc = to_device(*be, kc), rvc = to_device(*be, vc);
+    auto rout = poisoned_device(*be, ref.size());
+    ASSERT_TRUE(be->begin_capture());
+    be->attention_full_at(tq, tk, tv, rkc.p(), rvc.p(), cap, pos0, pos.p(), nq, nkv, hd, Tensor::f32(rout.p(), n, qw));
+    auto graph = be->end_capture();
+    ASSERT_TRUE(graph != nullptr);
+    for (int64_t at : {int64_t(0), pos0 + 7, cap - n, pos0}) {
+      be->upload(pos.p(), &at, sizeof(at));
+      graph->launch();
+      auto wkc = to_device(*be, to_host(*be, rkc)), wvc = to_device(*be, to_host(*be, rvc));
+      auto wout = poisoned_device(*be, ref.size());
+      be->attention_full_at(tq, tk, tv, wkc.p(), wvc.p(), cap, at, pos.p(), nq, nkv, hd, Tensor::f32(wout.p(), n, qw));
+      EXPECT_TRUE(same_bits(to_host(*be, rout), to_host(*be, wout))) << what << ", replayed at " << at;
+      // The replay wrote the block where the direct call did (which then found it already there).
+      EXPECT_TRUE(same_bits(to_host(*be, rkc), to_host(*be, wkc))) << what << ", replayed at " << at;
+      std::vector<float> row(size_t(n * kw));
+      be->download(row.data(), rkc.p() + at * kw, row.size() * sizeof(float));
+      EXPECT_EQ(row, k) << what << ": the k rows at " << at;
+    }
+  }
+}
+
 TEST_F(CudaDrafterOps, SiluMulAndScaleSoftcapMatchCpu) {
   for (int64_t cols : {7, 256, 6144}) {
     const int64_t rows = 9;
@@ -110,6 +193,12 @@ TEST_F(CudaDrafterOps, BadArgumentsAreOneLineErrors) {
                                   2, 1, 16, Tensor::f32(d.p(), 1, 32)),
                Error);
   EXPECT_THROW(be->top_k_logprobs(Tensor::f32(d.p(), 1, 64), 65, nullptr, nullptr), Error);
+  EXPECT_THROW(be->rope_at(Tensor::f32(d.p(), 2, 32), 2, 16, 0, nullptr, 1e4), Error);
+  auto pos = to_device(*be, std::vector<int64_t>{0});
+  // Positions [3, 5) of a 4-row cache.
+  EXPECT_THROW(be->attention_full_at(Tensor::f32(d.p(), 2, 16), Tensor::f32(d.p(), 2, 16), Tensor::f32(d.p(), 2, 16),
+                                     d.p(), d.p(), 4, 3, pos.p(), 1, 1, 16, Tensor::f32(d.p(), 2, 16)),
+               Error);
 }
 
 }  // namespace

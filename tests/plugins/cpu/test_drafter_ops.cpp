@@ -1,5 +1,5 @@
-// The drafter ops of the CPU backend (rope, attention_full, silu_mul, scale_softcap, top_k_logprobs, and
-// the head's attention_bias) against float64 references and cases with known answers.
+// The drafter ops of the CPU backend (rope, attention_full and their device-position variants, silu_mul,
+// scale_softcap, top_k_logprobs, and the head's attention_bias) against float64 references and cases with known answers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,6 +74,44 @@ TEST(CpuDrafterOps, AttentionFullSeesEveryRowAndIgnoresRowsPastTheCount) {
   EXPECT_LT(worst, 1e-5);
   EXPECT_THROW(be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), rows + 2, kw),
                                  Tensor::f32(v.data(), rows + 2, kw), rows + 3, nq, nkv, hd, Tensor::f32(out.data(), n, qw)),
+               Error);
+}
+
+// The device-position variants: rope_at is rope at *pos0_device; attention_full_at writes the new rows
+// into the caches at pos0 and attends over rows 0 … pos0 + n − 1 of them; a device position that is
+// not the host's is an error (host memory: the CPU twin checks what the CUDA kernels only read).
+TEST(CpuDrafterOps, TheDevicePositionVariantsAreRopeAndAttentionFullAtThatPosition) {
+  cpu::CpuBackend be;
+  const int heads = 2, hd = 8, nq = 4, nkv = 2;
+  const int64_t n = 3, pos0 = 11, cap = 20, qw = nq * hd, kw = nkv * hd;
+  auto x = random_vec(size_t(n * heads * hd), 8, -2.f, 2.f);
+  std::vector<float> a = x, b = x;
+  be.rope(Tensor::f32(a.data(), n, heads * hd), heads, hd, pos0, 1e4);
+  be.rope_at(Tensor::f32(b.data(), n, heads * hd), heads, hd, pos0, &pos0, 1e4);
+  EXPECT_EQ(a, b);
+  const int64_t other = pos0 + 1;
+  EXPECT_THROW(be.rope_at(Tensor::f32(b.data(), n, heads * hd), heads, hd, pos0, &other, 1e4), Error);
+
+  auto q = random_vec(size_t(n * qw), 9), k = random_vec(size_t(n * kw), 10), v = random_vec(size_t(n * kw), 11);
+  auto kc = random_vec(size_t(cap * kw), 12), vc = random_vec(size_t(cap * kw), 13);
+  std::vector<float> kref = kc, vref = vc, out(size_t(n * qw), NAN), ref(size_t(n * qw), NAN);
+  std::copy(k.begin(), k.end(), kref.begin() + pos0 * kw);
+  std::copy(v.begin(), v.end(), vref.begin() + pos0 * kw);
+  be.attention_full(Tensor::f32(q.data(), n, qw), Tensor::f32(kref.data(), cap, kw), Tensor::f32(vref.data(), cap, kw),
+                    pos0 + n, nq, nkv, hd, Tensor::f32(ref.data(), n, qw));
+  be.attention_full_at(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), n, kw), Tensor::f32(v.data(), n, kw),
+                       kc.data(), vc.data(), cap, pos0, &pos0, nq, nkv, hd, Tensor::f32(out.data(), n, qw));
+  EXPECT_EQ(out, ref);
+  EXPECT_EQ(kc, kref);
+  EXPECT_EQ(vc, vref);
+  EXPECT_THROW(be.attention_full_at(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), n, kw),
+                                    Tensor::f32(v.data(), n, kw), kc.data(), vc.data(), cap, pos0, &other, nq, nkv, hd,
+                                    Tensor::f32(out.data(), n, qw)),
+               Error);
+  const int64_t late = cap - 2;
+  EXPECT_THROW(be.attention_full_at(Tensor::f32(q.data(), n, qw), Tensor::f32(k.data(), n, kw),
+                                    Tensor::f32(v.data(), n, kw), kc.data(), vc.data(), cap, late, &late, nq, nkv, hd,
+                                    Tensor::f32(out.data(), n, qw)),
                Error);
 }
 

@@ -642,3 +642,120 @@ TEST_F(LilicorrDrafting, DeferredCatchUpMatchesCatchingUpEveryStep) {
       EXPECT_GE(s.seconds, 0.0) << s.name;
     }
 }
+
+namespace {
+
+// Proposals replayed from the drafter's graphs (draft.lilicorr.graphs: true, the default) are those of
+// op-by-op proposals bit for bit: the fitted drafter fed the same committed rows, 1 … 4 a step (partial
+// acceptances), proposing on two steps of three, past the context cache's regrowth at 128 rows (the
+// graphs hold its addresses: recorded again); a third drafter with profile: true records the block and
+// the candidates as two graphs. Where the backend records (CUDA) the graphs were recorded and replayed;
+// on the CPU nothing records and the three run the same ops.
+TEST_F(LilicorrDrafting, ReplayedProposalsEqualOpByOpProposals) {
+  auto m = load_target();
+  auto grab = std::make_shared<Grab>();
+  Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
+  lilicorr::LiliFactory f;
+  auto make = [&](bool graphs, bool profile) {
+    SpeculatorSettings s("", "draft.lilicorr", {{"path", fitted()}, {"graphs", graphs ? "true" : "false"},
+                                                 {"profile", profile ? "true" : "false"}});
+    return f.create(grab->ctx, s);
+  };
+  auto off_sp = make(false, false), on_sp = make(true, false), prof_sp = make(true, true);
+  auto& off = static_cast<lilicorr::LiliDrafter&>(*off_sp);
+  auto& on = static_cast<lilicorr::LiliDrafter&>(*on_sp);
+  auto& prof = static_cast<lilicorr::LiliDrafter&>(*prof_sp);
+  const std::vector<lilicorr::LiliDrafter*> all = {&off, &on, &prof};
+  m->set_taps(off.hidden_layers());
+  const auto p = prompt(23);
+  std::vector<int32_t> text = p;
+  const auto cont = generate(*m, p, test::run_options(140)).tokens;
+  text.insert(text.end(), cont.begin(), cont.end());
+  const int64_t N = int64_t(text.size());
+  auto seq = m->new_sequence(N + 8);
+  std::vector<float> logits;
+  m->forward(*seq, text, ForwardMode::Prefill, logits, false);
+  auto rows = [&](int64_t pos0, int64_t n) {
+    TargetHidden h;
+    h.pos0 = pos0, h.rows = n, h.layers = off.hidden_layers();
+    for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(pos0, n));
+    return h;
+  };
+  int64_t n = int64_t(p.size()) + 1;
+  for (auto* dr : all) {
+    dr->begin(text.data(), p.size());
+    dr->observe_prompt(rows(0, int64_t(p.size())));
+    dr->observe(text.data() + p.size(), 1);
+  }
+  int compared = 0, drafted = 0;
+  for (int step = 0; n + 4 < N; ++step) {
+    if (step % 3 != 1) {
+      Draft want;
+      off.propose(7, want);
+      ASSERT_EQ(want.tokens.size(), size_t(7));
+      drafted += int(want.tokens.size());
+      for (auto* dr : {&on, &prof}) {
+        Draft got;
+        dr->propose(7, got);
+        const std::string at = std::string(dr == &on ? "graphs" : "graphs, profiled") + ", step " +
+                               std::to_string(step) + " (" + std::to_string(n) + " committed)";
+        EXPECT_EQ(got.tokens, want.tokens) << at;
+        EXPECT_EQ(dr->last_candidates(), off.last_candidates()) << at;
+        EXPECT_EQ(dr->last_logp(), off.last_logp()) << at;
+        EXPECT_EQ(dr->last_scores().start, off.last_scores().start) << at;
+        EXPECT_EQ(dr->last_scores().pairs, off.last_scores().pairs) << at;
+        EXPECT_EQ(dr->backbone_rows(), off.backbone_rows()) << at;
+      }
+      ++compared;
+    }
+    const int64_t c = 1 + step % 4;
+    for (auto* dr : all) dr->observe_hidden(text.data() + n, size_t(c), rows(n - 1, c));
+    n += c;
+  }
+  EXPECT_GT(compared, 20);
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(off.context_rows(), 128) << "the context cache did not grow past its first 128 rows";
+  const lilicorr::DrafterGraphStats &so = off.graph_stats(), &sg = on.graph_stats(), &sp = prof.graph_stats();
+  EXPECT_EQ(so.recorded, 0);
+  EXPECT_EQ(so.off, "draft.lilicorr.graphs is false");
+  std::printf("graphs: %lld recorded, %lld replayed, %lld op by op (%s); profiled: %lld, %lld, %lld\n",
+              (long long)sg.recorded, (long long)sg.replayed, (long long)sg.eager, sg.off.empty() ? "on" : sg.off.c_str(),
+              (long long)sp.recorded, (long long)sp.replayed, (long long)sp.eager);
+  if (m->backend().graphs_off_reason().empty()) {
+    // Recorded on the second proposal (the block with the candidates, and the head), again after the
+    // cache grew (the block); every other proposal replays.
+    EXPECT_EQ(sg.off, "");
+    EXPECT_GE(sg.recorded, 3);
+    EXPECT_GE(sg.replayed, int64_t(2 * compared) - 2 * sg.recorded - 2);
+    EXPECT_GE(sp.recorded, 4) << "profiled: the block and the candidates apart";
+    EXPECT_GT(sp.replayed, sg.replayed);
+  } else {
+    EXPECT_EQ(sg.recorded, 0);
+    EXPECT_NE(sg.off, "") << "graphs are off on a backend that cannot record";
+  }
+  // The profiled drafter's stages still count every proposal.
+  const auto st = prof.stages();
+  ASSERT_FALSE(st.empty());
+  for (const auto& s : st)
+    if (s.name != "flush") EXPECT_EQ(s.count, compared) << s.name;
+}
+
+// Drafting with the fitted drafter gives plain text and the same acceptance with graphs and without:
+// the drafts are the same.
+TEST_F(LilicorrDrafting, TheFittedDrafterAcceptsTheSameWithGraphsAndWithout) {
+  auto m = load_target();
+  Tally tally[2];
+  for (bool graphs : {false, true}) {
+    DraftOptions o = options(fitted());
+    o.settings["lilicorr"] =
+        SpeculatorSettings("", "draft.lilicorr", {{"path", fitted()}, {"graphs", graphs ? "true" : "false"}});
+    Drafting d(*m, {{"lilicorr", std::make_shared<lilicorr::LiliFactory>()}}, o);
+    tally[graphs] = expect_lossless(*m, d, graphs ? "fitted lilicorr, graphs" : "fitted lilicorr, op by op",
+                                    kFittedPrompts);
+  }
+  expect_partial(tally[1], "fitted lilicorr, graphs");
+  EXPECT_EQ(tally[1].drafted, tally[0].drafted);
+  EXPECT_EQ(tally[1].accepted, tally[0].accepted);
+}
+
+}  // namespace

@@ -201,6 +201,8 @@ TEST(LilicorrLoader, FactoryRequiresItsPath) {
   test::expect_error([&] { f.create(SpeculatorContext{}, s); }, {"p.yaml", "draft.lilicorr.path", "required"});
   SpeculatorSettings bad("p.yaml", "draft.lilicorr", {{"path", "/x"}, {"pth", "/y"}});
   test::expect_error([&] { f.create(SpeculatorContext{}, bad); }, {"draft.lilicorr.pth"});
+  SpeculatorSettings graphs("p.yaml", "draft.lilicorr", {{"path", "/x"}, {"graphs", "yes"}});
+  test::expect_error([&] { f.create(SpeculatorContext{}, graphs); }, {"draft.lilicorr.graphs", "true or false", "yes"});
 }
 
 // A context row's K/V depends only on its features and position: projecting the rows in parts gives
