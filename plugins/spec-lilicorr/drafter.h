@@ -96,7 +96,8 @@ class LiliDrafter : public Speculator {
   enum Stage { kCatchUp, kBlock, kCandidates, kDownload, kHead, kFlush, kStages };
   // One recorded part of a proposal: the graph and the state its addresses belong to.
   struct Recording {
-    bool warm = false;  // ran once op by op (every scratch it needs has grown)
+    bool cache = false;  // holds the context caches' addresses (the block pass)
+    bool warm = false;   // ran once op by op (every scratch it needs has grown)
     std::unique_ptr<Graph> graph;
     uint64_t epoch = 0, generation = 0;  // Backend::memory_epoch(), DeviceBackbone::cache_generation()
   };
