@@ -44,13 +44,14 @@ LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const Dra
     for (size_t t = 0; t < c.target_layers.size(); ++t) backlog_dev_.push_back(f32(kBacklogRows * c.hidden));
   const char* names[kStages] = {"catch-up", "block", "candidates", "download", "head", "flush"};
   for (int i = 0; i < kStages; ++i) stage_[i].name = names[i];
+  rec_block_.cache = true;
   if (!opt_.graphs) graph_stats_.off = "draft.lilicorr.graphs is false";
   else graph_stats_.off = ctx_.backend->graphs_off_reason();
 }
 
 void LiliDrafter::graphs_off(const std::string& why) {
   graph_stats_.off = why;
-  rec_block_ = {}, rec_cand_ = {}, rec_head_ = {};
+  for (Recording* r : {&rec_block_, &rec_cand_, &rec_head_}) r->graph.reset();
   spdlog::warn("lilicorr: graphs off: {}; proposals run op by op", why);
 }
 
@@ -63,7 +64,7 @@ bool LiliDrafter::replay(Recording& r, const std::function<void()>& work) {
   if (!graph_stats_.off.empty()) return eager();
   // A graph holds the addresses of everything it touches: the context caches (regrown: a new
   // generation) and any ordinary buffer, the target's included (released: a new epoch).
-  const uint64_t epoch = be.memory_epoch(), generation = dev_.cache_generation();
+  const uint64_t epoch = be.memory_epoch(), generation = r.cache ? dev_.cache_generation() : 0;
   if (r.graph && (r.epoch != epoch || r.generation != generation)) r.graph.reset();
   if (r.graph) {
     r.graph->launch();

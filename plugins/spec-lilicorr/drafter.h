@@ -6,6 +6,9 @@
 // download) and the head's start/pair scores (one more) come back, and the greedy walk runs on the
 // host. Committed rows wait in a backlog (copies of their taps) and enter the context in one batched
 // catch-up at the next proposal, so steps that propose nothing (StairCut's k = 0) pay a copy only.
+// The block pass with the candidates, and the head's lattice, are recorded as graphs on their second run
+// and replayed (draft.lilicorr.graphs; the block's position is read from device memory), recorded
+// again when the context cache is regrown or the memory epoch moves (docs/lilicorr.md, "What runs": Graphs).
 // head.cpp and backbone.cpp are the fp32 host reference of the tests.
 // Owner: the factory keeps one DrafterWeights per checkpoint path and one OnTarget per (checkpoint,
 // target), shared by their drafters; a drafter owns its sequence's context cache.
@@ -93,7 +96,8 @@ class LiliDrafter : public Speculator {
   enum Stage { kCatchUp, kBlock, kCandidates, kDownload, kHead, kFlush, kStages };
   // One recorded part of a proposal: the graph and the state its addresses belong to.
   struct Recording {
-    bool warm = false;  // ran once op by op (every scratch it needs has grown)
+    bool cache = false;  // holds the context caches' addresses (the block pass)
+    bool warm = false;   // ran once op by op (every scratch it needs has grown)
     std::unique_ptr<Graph> graph;
     uint64_t epoch = 0, generation = 0;  // Backend::memory_epoch(), DeviceBackbone::cache_generation()
   };
@@ -101,8 +105,8 @@ class LiliDrafter : public Speculator {
   // having run nothing, when the caller must run it op by op (graphs off, or its first run).
   bool replay(Recording& r, const std::function<void()>& work);
   void graphs_off(const std::string& why);
-  // The parts of a proposal: the block pass and the LM head with top-K (recordable), the head (features
-  // uploaded, then the recordable lattice).
+  // Recordable parts of a proposal: the block pass (after its embedding and prepare_block), and the LM
+  // head with top-K. (The third is DeviceHead::run.)
   void block_pass();
   void candidates();
   void take(const TargetHidden& h);

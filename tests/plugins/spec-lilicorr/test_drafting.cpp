@@ -722,8 +722,8 @@ TEST_F(LilicorrDrafting, ReplayedProposalsEqualOpByOpProposals) {
               (long long)sg.recorded, (long long)sg.replayed, (long long)sg.eager, sg.off.empty() ? "on" : sg.off.c_str(),
               (long long)sp.recorded, (long long)sp.replayed, (long long)sp.eager);
   if (m->backend().graphs_off_reason().empty()) {
-    // Recorded on the second proposal (the block with the candidates, and the head), again after the
-    // cache grew (the block); every other proposal replays.
+    // Recorded on the second proposal (the block with the candidates, and the head), the block again
+    // after the cache grew; every other proposal replays.
     EXPECT_EQ(sg.off, "");
     EXPECT_GE(sg.recorded, 3);
     EXPECT_GE(sg.replayed, int64_t(2 * compared) - 2 * sg.recorded - 2);
