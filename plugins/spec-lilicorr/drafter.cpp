@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "quant.h"
 #include "synth.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
@@ -25,7 +26,7 @@ double now_seconds() {
 
 LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
                          const DrafterOptions& o)
-    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone), opt_(o) {
+    : ctx_(ctx), w_(std::move(w)), embed_(dw.embed), dev_(*ctx.backend, dw.backbone), opt_(o) {
   check(bool(w_->head) == bool(dw.head), "lilicorr: the head's device weights ", dw.head ? "are" : "are not",
         " loaded, the checkpoint ", w_->head ? "has" : "has no", " head");
   if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, opt_.head_rows);
@@ -218,7 +219,8 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   // position uploaded, which the recorded pass reads.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
   ids[0] = last_;
-  ctx_.embedding->get_rows(ids.data(), int(B), Tensor::f32(static_cast<float*>(x_dev_->data()), B, H));
+  const QuantizedTensor& table = embed_ ? *embed_->table.w : *ctx_.embedding;  // an own table first
+  table.get_rows(ids.data(), int(B), Tensor::f32(static_cast<float*>(x_dev_->data()), B, H));
   dev_.prepare_block();
   if (opt_.profile) {  // the stages apart: two graphs, a synchronization between them
     if (!replay(rec_block_, [&] { block_pass(); })) block_pass();
@@ -315,6 +317,10 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
   for (int l : c.target_layers)
     check(l < int(ctx.desc->layers.size()), "lilicorr: ", path, ": target_layer_ids names layer ", l,
           ", the target has ", ctx.desc->layers.size());
+  if (!w->embed.empty())
+    check(w->embed.out == ctx.vocab && w->embed.in == ctx.desc->hidden, "lilicorr: ", path,
+          ": tensor 'embed_tokens.weight' is [", w->embed.out, ", ", w->embed.in, "], the target's vocabulary and width ",
+          "are [", ctx.vocab, ", ", ctx.desc->hidden, "]");
   if (w->head)
     check(w->head->c.topk <= ctx.vocab, "lilicorr: ", path, ": candidate top-", w->head->c.topk,
           " exceeds the target's vocabulary of ", ctx.vocab);
@@ -325,6 +331,11 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
     if (!slot.backbone) {
       slot.backbone = load_device_weights(w->backbone, *ctx.target);
       if (w->head) slot.head = load_device_head(*w->head, *ctx.target);
+      if (!w->embed.empty()) {
+        auto t = std::make_shared<DeviceTable>();
+        t->table = load_linear(t->src, *ctx.target, "embed_tokens", w->embed);
+        slot.embed = std::move(t);
+      }
     }
     dw = slot;
   }
