@@ -348,7 +348,12 @@ void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, S
   const std::string names = settings.text("names", "export");
   const std::string dtype = settings.text("dtype", "bf16");
   const bool head = settings.flag("head", true);
+  const bool embed = settings.flag("embed", false);
+  const std::string quant = settings.text("quant", "none");
+  const std::string exclude = settings.text("exclude", "");
   settings.finish();
+  check(quant == "none" || quant == "nvfp4" || quant == "mlx-nvfp4", "lilicorr synthesis: key 'quant' must be none, ",
+        "nvfp4 or mlx-nvfp4, found '", quant, "'");
   check(names == "export" || names == "serving", "lilicorr synthesis: key 'names' must be export or serving, found '",
         names, "'");
   check(dtype == "bf16" || dtype == "f32", "lilicorr synthesis: key 'dtype' must be bf16 or f32, found '", dtype, "'");
@@ -356,6 +361,13 @@ void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, S
   g.serving_names = names == "serving";
   g.bf16 = dtype == "bf16";
   g.with_head = head;
+  g.embed = embed;
+  g.quant = quant;
+  for (size_t at = 0; at < exclude.size();) {  // patterns separated by '|' (',' separates settings)
+    const size_t bar = std::min(exclude.find('|', at), exclude.size());
+    if (bar > at) g.exclude.push_back(exclude.substr(at, bar - at));
+    at = bar + 1;
+  }
   write_synthetic(path, g, seed);
 }
 
