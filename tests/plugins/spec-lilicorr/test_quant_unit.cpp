@@ -47,7 +47,7 @@ void write_file(const std::string& path, const std::string& text) { std::ofstrea
 
 }  // namespace
 
-TEST(LilicorrQuant, ModeloptBytesDecodeToTheirValues) {
+TEST(LilicorrQuantReader, ModeloptBytesDecodeToTheirValues) {
   const Module m;
   const std::vector<ReadTensor> t = read_quantized(m.raws("layers.0.mlp.up_proj"), modelopt());
   ASSERT_EQ(t.size(), 1u);
@@ -66,7 +66,7 @@ TEST(LilicorrQuant, ModeloptBytesDecodeToTheirValues) {
   EXPECT_FALSE(t[0].nvfp4->cols(8, 8));
 }
 
-TEST(LilicorrQuant, MalformedModulesNameTensorAndKey) {
+TEST(LilicorrQuantReader, MalformedModulesNameTensorAndKey) {
   const Module m;
   const std::string up = "layers.0.mlp.up_proj";
   test::expect_error([&] { read_quantized(m.raws(up, false), modelopt()); },
@@ -84,7 +84,7 @@ TEST(LilicorrQuant, MalformedModulesNameTensorAndKey) {
                      {"layers.0.mlp.up_proj.weight_scale", "quantization scale", "no quantized weight"});
 }
 
-TEST(LilicorrQuant, UnknownQuantAlgoIsRefusedByName) {
+TEST(LilicorrQuantReader, UnknownQuantAlgoIsRefusedByName) {
   test::TempDir dir("lilicorr-q");
   const std::string p = dir.file("fp8");
   std::filesystem::create_directories(p);
@@ -100,7 +100,7 @@ TEST(LilicorrQuant, UnknownQuantAlgoIsRefusedByName) {
   test::expect_error([&] { read_quant(p, "{}"); }, {"hf_quant_config.json", "group_size"});
 }
 
-TEST(LilicorrQuant, ExcludedModulesStayDenseAndMustBeStoredSo) {
+TEST(LilicorrQuantReader, ExcludedModulesStayDenseAndMustBeStoredSo) {
   test::TempDir dir("lilicorr-q");
   const Module m;
   const std::vector<uint16_t> fc(2 * 16, 0x3F80);  // BF16 1.0
