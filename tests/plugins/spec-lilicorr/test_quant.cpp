@@ -17,6 +17,7 @@
 #include "drafter.h"
 #include "formats/safetensors/safetensors_checkpoint.h"
 #include "formats/safetensors/safetensors_file_writer.h"
+#include "gpu_required.h"
 #include "lili_by_hand.h"
 #include "quant.h"
 #include "synth.h"
@@ -35,10 +36,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
+#ifndef TANDEM_LILICORR_DEVICE
+#define TANDEM_LILICORR_DEVICE "cpu"
+#endif
+
+// The tests with a target: on TANDEM_LILICORR_DEVICE (built again for "cuda" as
+// test_spec_lilicorr_quant_cuda: the NVFP4 linears on the CUDA NVFP4 module; skips without a GPU).
+class LilicorrQuantOnTarget : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(TANDEM_LILICORR_DEVICE) == "cpu") return;
+    std::string cause;
+    try {
+      test::registry().backend(TANDEM_LILICORR_DEVICE);
+      return;
+    } catch (const std::exception& e) {
+      cause = std::string("no ") + TANDEM_LILICORR_DEVICE + " backend here: " + e.what();
+    }
+    TANDEM_GPU_UNAVAILABLE(cause);
+  }
+};
+
 std::unique_ptr<Model> load_target() {
   LoadOptions o;
   o.path = test::data_path("hf/latent");
-  o.device = "cpu";
+  o.device = TANDEM_LILICORR_DEVICE;
   auto m = Model::load(o, test::registry());
   set_thread_count(1);
   return m;
@@ -157,7 +179,7 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 bool linear_is_nvfp4(const Linear& l) { return l.nvfp4 != nullptr; }
 
-TEST(LilicorrQuant, ModeloptNvfp4LoadsAndMatchesTheDequantizedBf16Drafter) {
+TEST_F(LilicorrQuantOnTarget, ModeloptNvfp4LoadsAndMatchesTheDequantizedBf16Drafter) {
   test::TempDir dir("lilicorr");
   const std::string q = synth(dir, "nvfp4", {{"quant", "nvfp4"}});
   ASSERT_TRUE(fs::exists(q + "/hf_quant_config.json"));
@@ -191,7 +213,7 @@ TEST(LilicorrQuant, ModeloptNvfp4LoadsAndMatchesTheDequantizedBf16Drafter) {
   EXPECT_GT(rows, 0.0f) << "the NVFP4 drafter ran its own kernels";
 }
 
-TEST(LilicorrQuant, MlxNvfp4IsBitIdenticalToModeloptNvfp4) {
+TEST_F(LilicorrQuantOnTarget, MlxNvfp4IsBitIdenticalToModeloptNvfp4) {
   test::TempDir dir("lilicorr");
   const std::string a = synth(dir, "modelopt", {{"quant", "nvfp4"}});
   const std::string x = synth(dir, "mlx", {{"quant", "mlx-nvfp4"}});
@@ -377,7 +399,7 @@ TEST(LilicorrQuant, YarnFrequenciesMatchHandComputedValues) {
 
 // A yarn drafter on the CPU target: the device step (Backend::rope_table) equals the host reference's
 // rows, and drafted greedy text equals plain.
-TEST(LilicorrQuant, AYarnDrafterRunsOnTheTarget) {
+TEST_F(LilicorrQuantOnTarget, AYarnDrafterRunsOnTheTarget) {
   test::TempDir dir("lilicorr");
   const std::string p = synth(dir, "yarn", {});
   replace_in(p + "/config.json", "\"block_size\": 8,",
@@ -404,7 +426,7 @@ TEST(LilicorrQuant, AYarnDrafterRunsOnTheTarget) {
   EXPECT_GT(dm.drafters[0].drafted_tokens, 0) << dm.summary();
 }
 
-TEST(LilicorrQuant, AnOwnEmbeddingTableEmbedsTheBlock) {
+TEST_F(LilicorrQuantOnTarget, AnOwnEmbeddingTableEmbedsTheBlock) {
   test::TempDir dir("lilicorr");
   const std::string own = synth(dir, "own", {{"embed", "true"}});
   const std::string none = synth(dir, "none", {});
@@ -432,7 +454,7 @@ TEST(LilicorrQuant, AnOwnEmbeddingTableEmbedsTheBlock) {
 
 // Drafted greedy text equals plain greedy text with an NVFP4 drafter (ModelOpt and MLX layouts, with an
 // own table), and drafts were proposed and verified.
-TEST(LilicorrQuant, DraftedGreedyEqualsPlainWithAnNvfp4Drafter) {
+TEST_F(LilicorrQuantOnTarget, DraftedGreedyEqualsPlainWithAnNvfp4Drafter) {
   auto m = load_target();
   test::TempDir dir("lilicorr");
   const auto text = test::read_ids(test::data_path("hf/latent/prompt_200.txt"));
