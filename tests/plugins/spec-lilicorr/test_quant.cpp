@@ -213,6 +213,30 @@ TEST_F(LilicorrQuantOnTarget, ModeloptNvfp4LoadsAndMatchesTheDequantizedBf16Draf
   EXPECT_GT(rows, 0.0f) << "the NVFP4 drafter ran its own kernels";
 }
 
+// Without the nvfp4 format plugin no format takes the NVFP4 groups: each linear is dequantized to BF16
+// (a warning line per tensor), which is the dequantized BF16 drafter bit for bit.
+TEST(LilicorrQuant, WithoutAnNvfp4FormatTheLinearsAreDequantizedToBf16) {
+  PluginRegistry reg;
+  for (const auto& e : fs::directory_iterator(test::plugin_dir()))
+    if (e.path().filename().string().find("nvfp4") == std::string::npos) reg.load_file(e.path().string());
+  LoadOptions o;
+  o.path = test::data_path("hf/latent");
+  o.device = "cpu";
+  auto m = Model::load(o, reg);
+  set_thread_count(1);
+  test::TempDir dir("lilicorr");
+  const std::string q = synth(dir, "nvfp4", {{"quant", "nvfp4"}});
+  const std::string b = dequantized_bf16(dir, "bf16", q);
+  auto grab = std::make_shared<test::Grab>();
+  Drafting d(*m, {{"grab", grab}}, test::fixed_costs());
+  LiliFactory f;
+  Proposal pq = propose_after_prompt(*m, f, *grab, q);
+  Proposal pb = propose_after_prompt(*m, f, *grab, b);
+  const auto rq = pq.lili->backbone_rows(), rb = pb.lili->backbone_rows();
+  EXPECT_EQ(0, std::memcmp(rq.data(), rb.data(), rq.size() * 4));
+  EXPECT_EQ(pq.lili->last_block(), pb.lili->last_block());
+}
+
 TEST_F(LilicorrQuantOnTarget, MlxNvfp4IsBitIdenticalToModeloptNvfp4) {
   test::TempDir dir("lilicorr");
   const std::string a = synth(dir, "modelopt", {{"quant", "nvfp4"}});
