@@ -35,7 +35,8 @@ const CommandSpec& synth_spec() {
           {"threads", "N", "worker threads (0: all cores)"},
           {"drafter", "NAME", "write a drafter checkpoint for the shape instead (lilicorr), into --out"},
           {"drafter-set", "K=V[,K=V...]", "drafter synthesis settings (lilicorr: geometry=tiny|bolt, "
-                                          "names=export|serving, dtype=bf16|f32, head=true|false)"},
+                                          "names=export|serving, dtype=bf16|f32, head=true|false, "
+                                          "quant=none|nvfp4|mlx-nvfp4, exclude=PATTERN|PATTERN…, embed=true|false)"},
       }), "", ""};
   return spec;
 }

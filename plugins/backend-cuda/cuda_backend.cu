@@ -442,6 +442,16 @@ void CudaBackend::rope_at(const Tensor& x, int heads, int hd, int64_t pos0, cons
   launch_rope(x.f32(), x.rows, heads, hd, pos0, theta, stream(), pos0_device);
 }
 
+void CudaBackend::rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                             const float* inv_freq, float scale) {
+  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
+    fail("rope_table: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
+  check_tensor("rope_table", "x", x, x.rows, int64_t(heads) * hd);
+  if (pos0 < 0) fail("rope_table: position ", pos0, " is negative");
+  check_ptr("rope_table", "inv_freq", inv_freq);
+  launch_rope_table(x.f32(), x.rows, heads, hd, pos0, pos0_device, inv_freq, scale, stream());
+}
+
 void CudaBackend::attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                                     int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv,
                                     int hd, const Tensor& out) {

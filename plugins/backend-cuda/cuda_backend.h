@@ -57,6 +57,8 @@ class CudaBackend final : public Backend {
   // The rope and attention kernels read the position (and so the key rows) from *pos0_device; the new
   // k/v rows go into the caches by the kv_append kernel of attention_at.
   void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) override;
+  void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, const float* inv_freq,
+                  float scale) override;
   void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                          int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
                          const Tensor& out) override;

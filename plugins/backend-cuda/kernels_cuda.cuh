@@ -67,6 +67,10 @@ void launch_moe_route(const float* logits, const float* bias, const RouteParams&
 // *pos0_device + r when pos0_device is not null (read by the kernel: a recorded launch serves any position).
 void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream,
                  const int64_t* pos0_device = nullptr);
+// rope with a frequency table inv_freq [hd/2] (device memory) and a cos/sin scale (rope_table_cuda.cu);
+// pos0_device as launch_rope's.
+void launch_rope_table(float* x, int64_t rows, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                       const float* inv_freq, float scale, cudaStream_t stream);
 // q, out [n, nq·hd]; k, v [≥ rows, nkv·hd]; hd ≤ kMaxHeadDim. With pos0_device, the key rows are
 // *pos0_device + n, read by the kernel (`rows` is then unused).
 void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,

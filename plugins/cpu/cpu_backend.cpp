@@ -80,6 +80,11 @@ void CpuBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor& 
                                 int hd, const Tensor& out) {
   cpu::attention_full(q, k, v, rows, nq, nkv, hd, out);
 }
+void CpuBackend::rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                            const float* inv_freq, float scale) {
+  cpu::rope_table(x, heads, hd, pos0, pos0_device, inv_freq, scale);
+}
+
 void CpuBackend::rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) {
   cpu::rope_at(x, heads, hd, pos0, pos0_device, theta);
 }

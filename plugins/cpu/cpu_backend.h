@@ -34,6 +34,8 @@ class CpuBackend final : public Backend {
                       const Tensor& out) override;
   // The device-position variants check *pos0_device (host memory here) against pos0.
   void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta) override;
+  void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, const float* inv_freq,
+                  float scale) override;
   void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                          int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
                          const Tensor& out) override;

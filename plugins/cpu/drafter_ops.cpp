@@ -98,6 +98,30 @@ void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* po
   rope(x, heads, hd, pos0, theta);
 }
 
+void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, const float* inv_freq,
+                float scale) {
+  if (pos0_device) check_pos0_device("rope_table", pos0, pos0_device);
+  check(heads > 0 && hd > 0 && hd % 2 == 0, "rope_table: heads must be positive and head_dim even, found heads=",
+        heads, " hd=", hd);
+  check_tensor("rope_table", "x", x, x.rows, int64_t(heads) * hd);
+  check(pos0 >= 0, "rope_table: position ", pos0, " is negative");
+  check_ptr("rope_table", "inv_freq", inv_freq);
+  const int half = hd / 2;
+  parallel_for(x.rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int j = 0; j < half; ++j) {
+        const float a = float(double(pos0 + r) * double(inv_freq[j]));
+        const float c = std::cos(a) * scale, s = std::sin(a) * scale;
+        for (int h = 0; h < heads; ++h) {
+          float* v = x.row(r) + int64_t(h) * hd;
+          const float x1 = v[j], x2 = v[j + half];
+          v[j] = x1 * c - x2 * s;
+          v[j + half] = x2 * c + x1 * s;
+        }
+      }
+  });
+}
+
 void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                        int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
                        const Tensor& out) {

@@ -32,6 +32,9 @@ void attention_full(const Tensor& q, const Tensor& k, const Tensor& v, int64_t r
 // The device-position variants (Backend::rope_at, attention_full_at): host memory, so *pos0_device is
 // checked against pos0.
 void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, double theta);
+// Backend::rope_table: the frequency table inv_freq [hd/2] and cos/sin scale (pos0_device may be null).
+void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, const float* inv_freq,
+                float scale);
 void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
                        int64_t capacity, int64_t pos0, const int64_t* pos0_device, int nq, int nkv, int hd,
                        const Tensor& out);

@@ -9,6 +9,12 @@
 namespace tandem::lilicorr {
 namespace {
 
+// RoPE on `heads` heads at `pos`: the yarn table when the config has one, else plain θ.
+void rotate(const BackboneConfig& c, float* x, int heads, int64_t pos) {
+  if (!c.rope_inv_freq.empty()) rope_table(x, heads, c.head_dim, pos, c.rope_inv_freq.data(), c.rope_scale);
+  else rope(x, heads, c.head_dim, pos, c.rope_theta);
+}
+
 // k = k_norm(k_proj(x)) with RoPE at pos0 + r, v = v_proj(x), for n rows.
 void project_kv(const BackboneWeights& w, const BackboneLayer& L, const float* x, int64_t n, int64_t pos0,
                 std::vector<float>& k, std::vector<float>& v) {
@@ -18,7 +24,7 @@ void project_kv(const BackboneWeights& w, const BackboneLayer& L, const float* x
   const int64_t kd = int64_t(c.kv_heads) * c.head_dim;
   for (int64_t r = 0; r < n; ++r) {
     rms_norm(k.data() + r * kd, c.kv_heads, c.head_dim, L.k_norm, c.eps);
-    rope(k.data() + r * kd, c.kv_heads, c.head_dim, pos0 + r, c.rope_theta);
+    rotate(c, k.data() + r * kd, c.kv_heads, pos0 + r);
   }
 }
 
@@ -61,7 +67,7 @@ void run_block(const BackboneWeights& w, const ContextCache& cache, std::vector<
     L.q.apply(h.data(), B, q);
     for (int64_t r = 0; r < B; ++r) {
       rms_norm(q.data() + r * qd, c.heads, hd, L.q_norm, c.eps);
-      rope(q.data() + r * qd, c.heads, int(hd), T + r, c.rope_theta);
+      rotate(c, q.data() + r * qd, c.heads, T + r);
     }
     project_kv(w, L, h.data(), B, T, k, v);
     const float* ck = T ? cache.k[size_t(l)].data() : nullptr;

@@ -18,6 +18,10 @@ struct BackboneConfig {
   int64_t intermediate = 0;
   float eps = 1e-6f;
   double rope_theta = 1e6;
+  // rope_scaling yarn (yarn.h): the frequency table [head_dim/2] and the cos/sin scale; empty: plain
+  // RoPE from rope_theta.
+  std::vector<float> rope_inv_freq;
+  float rope_scale = 1.0f;
   int block = 16;            // B
   int32_t mask_token = 0;
   std::vector<int> target_layers;  // target layer ids whose outputs are concatenated

@@ -9,9 +9,11 @@
 #include <set>
 #include <spdlog/spdlog.h>
 
+#include "formats/nvfp4/nvfp4_checkpoint.h"
 #include "formats/safetensors/safetensors_checkpoint.h"
 #include "tandem/error.h"
 #include "tandem/json_depth.h"
+#include "yarn.h"
 
 namespace tandem::lilicorr {
 namespace {
@@ -132,10 +134,15 @@ class Taker {
     return d;
   }
   Linear linear(const std::string& prefix, int64_t out, int64_t in, bool bias) {
+    return linear_named(prefix + ".weight", prefix + ".bias", out, in, bias);
+  }
+  // A linear whose weight and bias are named apart (nn.MultiheadAttention's in_proj_weight / _bias).
+  Linear linear_named(const std::string& weight, const std::string& bias_name, int64_t out, int64_t in, bool bias) {
     Linear l;
     l.out = out, l.in = in;
-    l.w = take(prefix + ".weight", {out, in});
-    if (bias) l.b = take(prefix + ".bias", {out});
+    if (auto it = t_.find(weight); it != t_.end()) l.nvfp4 = it->second.nvfp4;
+    l.w = take(weight, {out, in});
+    if (bias) l.b = take(bias_name, {out});
     return l;
   }
   // Geometry checks: a config value against what a tensor holds.
@@ -162,6 +169,60 @@ int count_layers(const TensorMap& t, const std::string& prefix) {
   return ids.empty() ? 0 : *ids.rbegin() + 1;
 }
 
+// rope_scaling (or transformers 5's rope_parameters): default, or yarn (yarn.h) as a frequency table.
+void read_rope_scaling(const ConfigReader& r, BackboneConfig& b) {
+  std::string key = "rope_scaling";
+  const rapidjson::Value* rs = r.find("rope_scaling", &key);
+  if (!rs) rs = r.find("rope_parameters", &key);
+  if (!rs) return;
+  const std::string& source = r.source();
+  check(rs->IsObject(), source, ": key '", key, "' must be an object");
+  auto num = [&](const char* k) -> std::optional<double> {
+    if (!rs->HasMember(k) || (*rs)[k].IsNull()) return std::nullopt;
+    check((*rs)[k].IsNumber(), source, ": key '", key, ".", k, "' must be a number");
+    return (*rs)[k].GetDouble();
+  };
+  if (auto t = num("rope_theta")) b.rope_theta = *t;
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (rs->HasMember(k) && (*rs)[k].IsString()) type = (*rs)[k].GetString();
+  if (type.empty() || type == "default") return;
+  check(type == "yarn", source, ": key '", key, "' of type '", printable(type),
+        "' is not supported (default or yarn RoPE)");
+  YarnParams y;
+  std::optional<double> orig = num("original_max_position_embeddings");
+  if (!orig) {
+    const rapidjson::Value* m = r.find("max_position_embeddings");
+    if (m && m->IsNumber()) orig = m->GetDouble();
+  }
+  check(orig && *orig > 0, source, ": key '", key, ".original_max_position_embeddings' is required for yarn ",
+        "(a positive number; or max_position_embeddings)");
+  y.original_max_position_embeddings = *orig;
+  std::optional<double> factor = num("factor");
+  if (!factor) {
+    const rapidjson::Value* m = r.find("max_position_embeddings");
+    if (m && m->IsNumber()) factor = m->GetDouble() / *orig;
+  }
+  check(factor && *factor > 0, source, ": key '", key, ".factor' is required for yarn (a positive number)");
+  y.factor = *factor;
+  y.beta_fast = num("beta_fast").value_or(0.0);
+  y.beta_slow = num("beta_slow").value_or(0.0);
+  y.attention_factor = num("attention_factor");
+  y.mscale = num("mscale");
+  y.mscale_all_dim = num("mscale_all_dim");
+  if (rs->HasMember("truncate")) {
+    check((*rs)["truncate"].IsBool(), source, ": key '", key, ".truncate' must be true or false");
+    y.truncate = (*rs)["truncate"].GetBool();
+  }
+  check(y.beta_fast >= 0 && y.beta_slow >= 0, source, ": key '", key, "': beta_fast and beta_slow must be >= 0");
+  const RopeTable t = yarn_table(y, b.head_dim, b.rope_theta);
+  for (float f : t.inv_freq)
+    check(std::isfinite(f) && f > 0, source, ": key '", key, "' gives a frequency of ", f, " (factor ", y.factor, ")");
+  check(std::isfinite(t.scale) && t.scale > 0, source, ": key '", key, "' gives an attention factor of ", t.scale);
+  b.rope_inv_freq = t.inv_freq;
+  b.rope_scale = t.scale;
+}
+
 }  // namespace
 
 std::string serving_name(const std::string& head_name) {
@@ -176,33 +237,31 @@ std::string serving_name(const std::string& head_name) {
 
 TensorMap read_tensors(const std::string& dir) {
   auto ck = safetensors::open_checkpoint(dir);
+  const DrafterQuant q = read_quant(dir, ck->config_json());
+  if (q.modelopt) {
+    try {
+      nvfp4::check_against_config(*ck, *q.modelopt);
+    } catch (const Error& e) {
+      fail("lilicorr: ", e.what());
+    }
+  }
   TensorMap out;
   std::map<std::string, std::string> from;  // normalised name → stored name
-  for (const RawTensor& r : ck->tensors()) {
-    std::string name = starts_with(r.name, "model.") ? r.name.substr(6) : r.name;
+  int64_t mxfp4 = 0, nv = 0;
+  std::string first_mx;
+  for (ReadTensor& r : read_quantized(ck->tensors(), q)) {
+    std::string name = starts_with(r.stored, "model.") ? r.stored.substr(6) : r.stored;
     if (starts_with(name, "lilicorr.")) name = "lilicorr." + serving_name(name.substr(9));
-    auto [it, fresh] = from.emplace(name, r.name);
-    check(fresh, r.file, ": tensors '", it->second, "' and '", r.name, "' are both '", name, "' once renamed");
-    HostTensor t;
-    t.shape = r.shape;
-    const size_t n = size_t(numel(r.shape));
-    t.data.resize(n);
-    if (r.dtype == "F32") {
-      check(r.nbytes == n * 4, r.file, ": tensor '", r.name, "' holds ", r.nbytes, " bytes, expected ", n * 4);
-      std::memcpy(t.data.data(), r.data, n * 4);
-    } else if (r.dtype == "BF16" || r.dtype == "F16") {
-      check(r.nbytes == n * 2, r.file, ": tensor '", r.name, "' holds ", r.nbytes, " bytes, expected ", n * 2);
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, r.data + 2 * i, 2);
-        t.data[i] = r.dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
-      }
-    } else {
-      fail(r.file, ": tensor '", r.name, "' is ", r.dtype,
-           ": quantized drafter modules (NVFP4) are not supported yet (expected BF16, F16 or F32)");
-    }
-    out.emplace(name, std::move(t));
+    auto [it, fresh] = from.emplace(name, r.stored);
+    check(fresh, dir, ": tensors '", it->second, "' and '", r.stored, "' are both '", name, "' once renamed");
+    if (r.mxfp4 && mxfp4++ == 0) first_mx = r.stored;
+    nv += r.nvfp4 ? 1 : 0;
+    out.emplace(name, HostTensor{std::move(r.shape), std::move(r.data), std::move(r.nvfp4)});
   }
+  if (nv) spdlog::info("lilicorr: {}: {} NVFP4 modules (quantization per {})", dir, nv, q.file);
+  if (mxfp4)
+    spdlog::warn("lilicorr: {}: {} mxfp4 modules ('{}' first) dequantized to BF16: no weight format runs MXFP4", dir,
+                 mxfp4, first_mx);
   return out;
 }
 
@@ -239,22 +298,13 @@ DrafterConfig parse_config(const std::string& json, const std::string& source) {
   // What this reference does not run: refused by name rather than run wrong.
   check(!r.flag("causal", false) && !r.flag("is_causal", false), source,
         ": a causal drafter (causal / is_causal true) is not supported: LiLiCorr blocks are bidirectional");
-  if (const rapidjson::Value* rs = r.find("rope_scaling")) {
-    std::string type;
-    if (rs->IsObject())
-      for (const char* k : {"rope_type", "type"})
-        if (rs->HasMember(k) && (*rs)[k].IsString()) type = (*rs)[k].GetString();
-    check(type.empty() || type == "default", source, ": key 'rope_scaling' of type '", type,
-          "' is not supported yet (plain RoPE only)");
-  }
+  read_rope_scaling(r, b);
   if (const rapidjson::Value* lt = r.find("layer_types"); lt && lt->IsArray())
     for (const auto& v : lt->GetArray())
       check(v.IsString() && std::string(v.GetString()) == "full_attention", source,
             ": key 'layer_types': only full_attention layers are supported (sliding windows not yet)");
   for (const char* k : {"conv_kernel_size", "conv_group_size"})
     check(r.integer(k, 0) == 0, source, ": key '", k, "' (grouped convolutions) is not supported yet");
-  check(!r.has("quantization_config"), source,
-        ": key 'quantization_config': quantized drafter modules (NVFP4) are not supported yet");
 
   HeadSettings& h = c.head;
   std::string arch;
@@ -333,9 +383,7 @@ HeadWeights build_head(const HeadSettings& s, int block, float rms_eps, int64_t 
     HeadLayer L;
     L.attn_norm = t.take(q + "attn_norm.weight", {Hh});
     L.mlp_norm = t.take(q + "mlp_norm.weight", {Hh});
-    L.in_proj.out = 3 * Hh, L.in_proj.in = Hh;
-    L.in_proj.w = t.take(q + "attn.in_proj_weight", {3 * Hh, Hh});
-    L.in_proj.b = t.take(q + "attn.in_proj_bias", {3 * Hh});
+    L.in_proj = t.linear_named(q + "attn.in_proj_weight", q + "attn.in_proj_bias", 3 * Hh, Hh, true);
     L.out_proj = t.linear(q + "attn.out_proj", Hh, Hh, true);
     L.up = t.linear(q + "mlp.up_proj", c.mlp, Hh, true);
     L.down = t.linear(q + "mlp.down_proj", Hh, c.mlp, true);
@@ -400,7 +448,14 @@ DrafterWeights build_weights(const DrafterConfig& config, TensorMap tensors, con
           "(candidate_topk, hidden_size, num_layers, num_heads, mlp_ratio, factor_dim, vector_eps, logit_scale)");
     out.head = build_head(config.head, c.block, c.eps, H, tensors, source);
   }
-  tensors.erase("embed_tokens.weight");  // an own table; the candidates use the target's (as SGLang, vLLM)
+  if (t.has("embed_tokens.weight")) {
+    // An own table: it embeds the block's rows; the candidates use the target's (as SGLang, vLLM).
+    const std::vector<int64_t> shape = t.peek("embed_tokens.weight").shape;
+    check(shape.size() == 2 && shape[0] > 0 && shape[1] == H, source, ": tensor 'embed_tokens.weight' is ",
+          shape_str(shape), ", expected [vocab, ", H, "] (hidden_size)");
+    if (config.vocab) t.agree("vocab_size", double(config.vocab), "embed_tokens.weight", double(shape[0]));
+    out.embed = t.linear("embed_tokens", shape[0], H, false);
+  }
   if (!tensors.empty())
     fail(source, ": tensor '", tensors.begin()->first, "' ", shape_str(tensors.begin()->second.shape),
          " is not part of the DFlash/LiLiCorr layout (", tensors.size(), " unused)");

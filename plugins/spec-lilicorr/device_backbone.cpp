@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "quant.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
 
@@ -42,7 +43,19 @@ RawTensor raw_weight(WeightSource& d, const std::string& name, std::vector<int64
 }
 
 DeviceLinear device_linear(DeviceWeights& d, Model& target, const std::string& name, const Linear& l) {
-  return load_linear(d.src, target, name, l.out, l.in, l.w.data(), l.b);
+  return load_linear(d.src, target, name, l);  // quant.h: NVFP4 through the target's formats
+}
+
+// RoPE from pos0 (read from *pos0_device when given): the yarn table when the config has one, else θ.
+void rotate(Backend& be, const DeviceWeights& w, const Tensor& x, int heads, int64_t pos0, const int64_t* pos0_device) {
+  const BackboneConfig& c = w.c;
+  if (w.rope_inv_freq)
+    be.rope_table(x, heads, c.head_dim, pos0, pos0_device, static_cast<const float*>(w.rope_inv_freq->data()),
+                  c.rope_scale);
+  else if (pos0_device)
+    be.rope_at(x, heads, c.head_dim, pos0, pos0_device, c.rope_theta);
+  else
+    be.rope(x, heads, c.head_dim, pos0, c.rope_theta);
 }
 
 }  // namespace
@@ -81,13 +94,9 @@ std::shared_ptr<const DeviceWeights> load_device_weights(const BackboneWeights& 
   check(c.block <= kRowChunk, "lilicorr: block_size ", c.block, " exceeds the device drafter's ", kRowChunk, " rows");
   const int64_t H = c.hidden, taps = int64_t(c.target_layers.size());
   // fc [H, taps·H] as one [H, H] weight per tap: fc(cat_t s_t) = Σ_t fc_t(s_t), read from the taps in place.
-  std::vector<float> part(size_t(H * H));
-  for (int64_t t = 0; t < taps; ++t) {
-    for (int64_t o = 0; o < H; ++o)
-      std::copy(w.fc.w.begin() + o * taps * H + t * H, w.fc.w.begin() + o * taps * H + (t + 1) * H,
-                part.begin() + o * H);
-    d->fc.push_back(load_linear(d->src, target, "fc.tap" + std::to_string(t), H, H, part.data(), {}));
-  }
+  for (int64_t t = 0; t < taps; ++t)
+    d->fc.push_back(device_linear(*d, target, "fc.tap" + std::to_string(t), slice_cols(w.fc, t * H, H, false, "fc")));
+  if (!c.rope_inv_freq.empty()) d->rope_inv_freq = upload_f32(be, c.rope_inv_freq);
   d->hidden_norm = upload_f32(be, w.hidden_norm);
   d->norm = upload_f32(be, w.norm);
   for (int l = 0; l < c.layers; ++l) {
@@ -163,8 +172,7 @@ void DeviceBackbone::project_kv(size_t l, const Tensor& h, const Tensor& k, cons
   apply(be_, L.v, h, v);
   const Tensor heads(k.data, DType::F32, k.rows * c.kv_heads, c.head_dim);
   be_.rms_norm(heads, static_cast<const float*>(L.k_norm->data()), c.eps, heads);
-  if (pos0_device) be_.rope_at(k, c.kv_heads, c.head_dim, pos0, pos0_device, c.rope_theta);
-  else be_.rope(k, c.kv_heads, c.head_dim, pos0, c.rope_theta);
+  rotate(be_, *w_, k, c.kv_heads, pos0, pos0_device);
 }
 
 void DeviceBackbone::append(const std::vector<Tensor>& taps, int64_t r0, int64_t n) {
@@ -220,7 +228,7 @@ void DeviceBackbone::run_block(const Tensor& x, const Tensor& out) {
     apply(be_, L.q, h, q);
     const Tensor qh(q.data, DType::F32, B * c.heads, hd);
     be_.rms_norm(qh, static_cast<const float*>(L.q_norm->data()), c.eps, qh);
-    be_.rope_at(q, c.heads, int(hd), T, pos, c.rope_theta);
+    rotate(be_, *w_, q, c.heads, T, pos);
     // The block's K/V go into the cache rows after the context (at the device's position, so that a
     // recording holds no row address), which the next append overwrites.
     project_kv(l, h, kb, vb, T, pos);

@@ -57,6 +57,7 @@ struct DeviceWeights {
   BackboneConfig c;
   std::vector<DeviceLinear> fc;  // per tap: the columns of fc that multiply that tap, [H, H]
   std::unique_ptr<Buffer> hidden_norm, norm;
+  std::unique_ptr<Buffer> rope_inv_freq;  // [head_dim/2] (rope_scaling yarn), or null: plain θ
   std::vector<DeviceLayer> layers;
   WeightSource src;
 };

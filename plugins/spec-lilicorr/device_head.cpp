@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "quant.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
 
@@ -10,27 +11,15 @@ namespace tandem::lilicorr {
 namespace {
 
 DeviceLinear head_linear(DeviceHeadWeights& d, Model& target, const std::string& name, const Linear& l) {
-  return load_linear(d.src, target, "lilicorr." + name, l.out, l.in, l.w.data(), l.b);
+  return load_linear(d.src, target, "lilicorr." + name, l);  // quant.h: NVFP4 through the target's formats
 }
 
 // Rows r0 … r0 + n − 1 of l (with their bias entries).
-Linear rows_of(const Linear& l, int64_t r0, int64_t n) {
-  Linear p;
-  p.out = n, p.in = l.in;
-  p.w.assign(l.w.begin() + r0 * l.in, l.w.begin() + (r0 + n) * l.in);
-  if (!l.b.empty()) p.b.assign(l.b.begin() + r0, l.b.begin() + r0 + n);
-  return p;
-}
+Linear rows_of(const Linear& l, int64_t r0, int64_t n) { return slice_rows(l, r0, n); }
 
 // Columns c0 … c0 + n − 1 of l, with its bias or without.
 Linear cols_of(const Linear& l, int64_t c0, int64_t n, bool bias) {
-  Linear p;
-  p.out = l.out, p.in = n;
-  p.w.resize(size_t(l.out * n));
-  for (int64_t o = 0; o < l.out; ++o)
-    std::copy(l.w.begin() + o * l.in + c0, l.w.begin() + o * l.in + c0 + n, p.w.begin() + o * n);
-  if (bias) p.b = l.b;
-  return p;
+  return slice_cols(l, c0, n, bias, "lilicorr.factor_input_proj");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "quant.h"
 #include "synth.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
@@ -25,7 +26,7 @@ double now_seconds() {
 
 LiliDrafter::LiliDrafter(const SpeculatorContext& ctx, std::shared_ptr<const DrafterWeights> w, const OnTarget& dw,
                          const DrafterOptions& o)
-    : ctx_(ctx), w_(std::move(w)), dev_(*ctx.backend, dw.backbone), opt_(o) {
+    : ctx_(ctx), w_(std::move(w)), embed_(dw.embed), dev_(*ctx.backend, dw.backbone), opt_(o) {
   check(bool(w_->head) == bool(dw.head), "lilicorr: the head's device weights ", dw.head ? "are" : "are not",
         " loaded, the checkpoint ", w_->head ? "has" : "has no", " head");
   if (dw.head) head_ = std::make_unique<DeviceHead>(*ctx.backend, dw.head, opt_.head_rows);
@@ -219,7 +220,8 @@ void LiliDrafter::propose(int max_n, Draft& out) {
   // position uploaded, which the recorded pass reads.
   std::vector<int32_t> ids(size_t(B), c.mask_token);
   ids[0] = last_;
-  ctx_.embedding->get_rows(ids.data(), int(B), Tensor::f32(static_cast<float*>(x_dev_->data()), B, H));
+  const QuantizedTensor& table = embed_ ? *embed_->table.w : *ctx_.embedding;  // an own table first
+  table.get_rows(ids.data(), int(B), Tensor::f32(static_cast<float*>(x_dev_->data()), B, H));
   dev_.prepare_block();
   if (opt_.profile) {  // the stages apart: two graphs, a synchronization between them
     if (!replay(rec_block_, [&] { block_pass(); })) block_pass();
@@ -316,6 +318,10 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
   for (int l : c.target_layers)
     check(l < int(ctx.desc->layers.size()), "lilicorr: ", path, ": target_layer_ids names layer ", l,
           ", the target has ", ctx.desc->layers.size());
+  if (!w->embed.empty())
+    check(w->embed.out == ctx.vocab && w->embed.in == ctx.desc->hidden, "lilicorr: ", path,
+          ": tensor 'embed_tokens.weight' is [", w->embed.out, ", ", w->embed.in, "], the target's vocabulary and width ",
+          "are [", ctx.vocab, ", ", ctx.desc->hidden, "]");
   if (w->head)
     check(w->head->c.topk <= ctx.vocab, "lilicorr: ", path, ": candidate top-", w->head->c.topk,
           " exceeds the target's vocabulary of ", ctx.vocab);
@@ -326,6 +332,11 @@ std::unique_ptr<Speculator> LiliFactory::create(const SpeculatorContext& ctx, Sp
     if (!slot.backbone) {
       slot.backbone = load_device_weights(w->backbone, *ctx.target);
       if (w->head) slot.head = load_device_head(*w->head, *ctx.target);
+      if (!w->embed.empty()) {
+        auto t = std::make_shared<DeviceTable>();
+        t->table = load_linear(t->src, *ctx.target, "embed_tokens", w->embed);
+        slot.embed = std::move(t);
+      }
     }
     dw = slot;
   }
@@ -338,7 +349,12 @@ void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, S
   const std::string names = settings.text("names", "export");
   const std::string dtype = settings.text("dtype", "bf16");
   const bool head = settings.flag("head", true);
+  const bool embed = settings.flag("embed", false);
+  const std::string quant = settings.text("quant", "none");
+  const std::string exclude = settings.text("exclude", "");
   settings.finish();
+  check(quant == "none" || quant == "nvfp4" || quant == "mlx-nvfp4", "lilicorr synthesis: key 'quant' must be none, ",
+        "nvfp4 or mlx-nvfp4, found '", quant, "'");
   check(names == "export" || names == "serving", "lilicorr synthesis: key 'names' must be export or serving, found '",
         names, "'");
   check(dtype == "bf16" || dtype == "f32", "lilicorr synthesis: key 'dtype' must be bf16 or f32, found '", dtype, "'");
@@ -346,6 +362,13 @@ void LiliFactory::synthesize(const std::string& path, const ModelDesc& target, S
   g.serving_names = names == "serving";
   g.bf16 = dtype == "bf16";
   g.with_head = head;
+  g.embed = embed;
+  g.quant = quant;
+  for (size_t at = 0; at < exclude.size();) {  // patterns separated by '|' (',' separates settings)
+    const size_t bar = std::min(exclude.find('|', at), exclude.size());
+    if (bar > at) g.exclude.push_back(exclude.substr(at, bar - at));
+    at = bar + 1;
+  }
   write_synthetic(path, g, seed);
 }
 

@@ -31,9 +31,16 @@
 namespace tandem::lilicorr {
 
 // A checkpoint's weights loaded on one target's device.
+// A drafter's own token table loaded by the target's formats (get_rows), with the bytes it may borrow.
+struct DeviceTable {
+  WeightSource src;
+  DeviceLinear table;
+};
+
 struct OnTarget {
   std::shared_ptr<const DeviceWeights> backbone;
   std::shared_ptr<const DeviceHeadWeights> head;  // null without a head
+  std::shared_ptr<const DeviceTable> embed;       // null: the block is embedded by the target's table
 };
 
 // How a drafter runs (draft.lilicorr.* settings).
@@ -117,6 +124,7 @@ class LiliDrafter : public Speculator {
 
   SpeculatorContext ctx_;
   std::shared_ptr<const DrafterWeights> w_;
+  std::shared_ptr<const DeviceTable> embed_;  // the checkpoint's own table, or null (the target's)
   DeviceBackbone dev_;
   std::unique_ptr<DeviceHead> head_;  // null without a head
   int64_t fed_ = 0;             // positions whose states arrived

@@ -78,4 +78,18 @@ void rope(float* x, int heads, int hd, int64_t pos, double theta) {
   }
 }
 
+void rope_table(float* x, int heads, int hd, int64_t pos, const float* inv_freq, float scale) {
+  const int half = hd / 2;
+  for (int j = 0; j < half; ++j) {
+    const float a = float(double(pos) * double(inv_freq[j]));
+    const float c = std::cos(a) * scale, s = std::sin(a) * scale;
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + int64_t(h) * hd;
+      const float x1 = v[j], x2 = v[j + half];
+      v[j] = x1 * c - x2 * s;
+      v[j + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
 }  // namespace tandem::lilicorr

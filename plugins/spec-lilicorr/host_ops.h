@@ -4,15 +4,21 @@
 // shared pool). Sync: none (host memory only).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tandem::lilicorr {
 
+struct Nvfp4Weight;  // quant.h
+
 // y = x·Wᵀ + b: W [out, in] row-major, b empty or [out].
 struct Linear {
   int64_t out = 0, in = 0;
   std::vector<float> w, b;
+  // The stored form of a linear quantized to NVFP4 (w holds its exact dequantized values): what the
+  // target's formats load; null for dense weights.
+  std::shared_ptr<const Nvfp4Weight> nvfp4;
   bool empty() const { return w.empty(); }
   // y[n, out] from x[n, in] (y is resized).
   void apply(const float* x, int64_t n, std::vector<float>& y) const;
@@ -28,5 +34,8 @@ void silu(std::vector<float>& x);
 void normalize_rows(float* x, int64_t n, int64_t d, float eps);
 // Rotary embedding (rotate-half layout, the HF Qwen3 one) on `heads` heads of width hd at `pos`.
 void rope(float* x, int heads, int hd, int64_t pos, double theta);
+// The same with a frequency table inv_freq [hd/2] (yarn): angle float(pos)·inv_freq[j] in f32 (exact
+// as double, rounded once), cos and sin in f32, each times `scale` (HF's attention_scaling).
+void rope_table(float* x, int heads, int hd, int64_t pos, const float* inv_freq, float scale);
 
 }  // namespace tandem::lilicorr

@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "checkpoint.h"
+#include "formats/nvfp4/encodings.h"
+#include "formats/nvfp4/modelopt_config.h"
 #include "formats/safetensors/safetensors_file_writer.h"
 #include "tandem/backend.h"
 #include "tandem/error.h"
@@ -29,6 +31,7 @@ std::vector<Spec> tensor_list(const SynthGeometry& g) {
     t.push_back({p + ".weight", {out, in}, Fill::Weight});
     if (bias) t.push_back({p + ".bias", {out}, Fill::Bias});
   };
+  if (g.embed) t.push_back({"embed_tokens.weight", {g.vocab, H}, Fill::Embedding});
   linear("fc", H, H * int64_t(b.target_layers.size()), false);
   t.push_back({"hidden_norm.weight", {H}, Fill::Norm});
   t.push_back({"norm.weight", {H}, Fill::Norm});
@@ -91,6 +94,73 @@ std::vector<int> spread_taps(int target_layers) {
   return out;
 }
 
+// E4M3 code of v ≥ 0, rounded to nearest (ties to even), saturating at 448.
+uint8_t e4m3_code(float v) {
+  if (!(v > 0)) return 0;
+  if (v >= 448.0f) return 0x7E;
+  int e;
+  std::frexp(v, &e);  // v = f·2^e, f in [0.5, 1)
+  e -= 1;             // v = (1 + m)·2^e
+  if (e < -6) {       // subnormal: m·2^−9
+    const int m = int(std::nearbyint(std::ldexp(v, 9)));
+    return uint8_t(m);  // m = 8 is 2^−6, code 0x08: the same bits
+  }
+  int m = int(std::nearbyint((std::ldexp(v, -e) - 1.0f) * 8.0f));
+  if (m == 8) m = 0, ++e;
+  if (e > 8 || (e == 8 && m == 7)) return 0x7E;
+  return uint8_t(((e + 7) << 3) | m);
+}
+
+// E2M1 code of v, rounded to nearest (ties to the even code).
+uint8_t e2m1_code(float v) {
+  const float a = std::fabs(v);
+  const uint8_t m = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5
+                    : a <= 5.0f ? 6 : 7;
+  return uint8_t((v < 0 && m ? 8 : 0) | m);
+}
+
+// NVFP4 in ModelOpt's recipe: scale_2 = amax/(6·448) (f32), block scale E4M3(block amax/(6·scale_2)),
+// elements E2M1(w/(scale·scale_2)). Returns scale_2; global = amax (MLX's global_scale for the same bits).
+float quantize_nvfp4(const std::vector<float>& w, int64_t out, int64_t in, std::vector<uint8_t>& q,
+                     std::vector<uint8_t>& scales, float& global) {
+  float amax = 0;
+  for (float v : w) amax = std::max(amax, std::fabs(v));
+  if (amax == 0) amax = 1;
+  global = amax;
+  const float s2 = amax / 2688.0f;
+  q.assign(size_t(out * in / 2), 0);
+  scales.assign(size_t(out * in / 16), 0);
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t b = 0; b < in / 16; ++b) {
+      const float* x = w.data() + r * in + b * 16;
+      float bmax = 0;
+      for (int j = 0; j < 16; ++j) bmax = std::max(bmax, std::fabs(x[j]));
+      const uint8_t sc = e4m3_code(bmax / (6.0f * s2));
+      scales[size_t(r * (in / 16) + b)] = sc;
+      const float d = nvfp4::e4m3(sc) * s2;
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t c = d > 0 ? e2m1_code(x[j] / d) : 0;
+        const size_t k = size_t(r * in + b * 16 + j);
+        q[k / 2] |= uint8_t(k % 2 ? c << 4 : c);
+      }
+    }
+  return s2;
+}
+
+// The linear modules that are stored quantized (export names, without ".weight").
+bool quantized_module(const SynthGeometry& g, const nvfp4::QuantConfig& ex, const std::string& weight) {
+  if (g.quant == "none" || weight.size() < 7 || weight.compare(weight.size() - 7, 7, ".weight") != 0) return false;
+  const std::string m = weight.substr(0, weight.size() - 7);
+  const bool linear = m == "fc" || (m.rfind("layers.", 0) == 0 && (m.find("_proj") != std::string::npos));
+  return linear && ex.excluded_by(m).empty();
+}
+
+std::string json_list(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", \"" : "\"") + v[i] + "\"";
+  return s + "]";
+}
+
 std::string config_json(const SynthGeometry& g) {
   const BackboneConfig& b = g.backbone;
   const HeadConfig& c = g.head;
@@ -119,7 +189,24 @@ std::string config_json(const SynthGeometry& g) {
                   double(c.vector_eps), double(c.logit_scale));
     s += buf;
   }
-  return s + "\n  }\n}\n";
+  s += "\n  }";
+  if (g.quant == "nvfp4") {
+    s += ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", "
+         "\"config_groups\": {\"group_0\": {\"weights\": {\"num_bits\": 4, \"group_size\": 16, \"type\": \"float\"}}}, "
+         "\"ignore\": " + json_list(synth_exclude(g)) + "}";
+  } else if (g.quant == "mlx-nvfp4") {
+    // mlx-lm's form: the global mode, and `false` for every linear left dense.
+    nvfp4::QuantConfig ex;
+    ex.exclude = synth_exclude(g);
+    std::string q = "{\"group_size\": 16, \"bits\": 4, \"mode\": \"nvfp4\"";
+    for (const Spec& t : tensor_list(g))
+      if (t.shape.size() == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
+          !quantized_module(g, ex, t.name))
+        q += ", \"" + t.name.substr(0, t.name.size() - 7) + "\": false";
+    q += "}";
+    s += ",\n  \"quantization\": " + q + ",\n  \"quantization_config\": " + q;
+  }
+  return s + "\n}\n";
 }
 
 }  // namespace
@@ -153,6 +240,13 @@ SynthGeometry synth_geometry(const std::string& name, const ModelDesc& target) {
   return g;
 }
 
+std::vector<std::string> synth_exclude(const SynthGeometry& g) {
+  std::vector<std::string> v = g.exclude;
+  v.push_back("lilicorr.*");
+  v.push_back("*embed_tokens*");
+  return v;
+}
+
 int64_t synth_parameters(const SynthGeometry& g) {
   int64_t n = 0;
   for (const Spec& s : tensor_list(g)) {
@@ -173,17 +267,45 @@ void write_synthetic(const std::string& dir, const SynthGeometry& g, uint64_t se
     f << config_json(g);
     check(bool(f), "lilicorr synthesis: cannot write '", dir, "/config.json'");
   }
+  check(g.quant == "none" || g.quant == "nvfp4" || g.quant == "mlx-nvfp4", "lilicorr synthesis: key 'quant' must be ",
+        "none, nvfp4 or mlx-nvfp4, found '", g.quant, "'");
+  if (g.quant == "nvfp4") {
+    std::ofstream f(fs::path(dir) / "hf_quant_config.json");
+    f << "{\n  \"producer\": {\"name\": \"tandem synth\"},\n  \"quantization\": {\"quant_algo\": \"NVFP4\", "
+         "\"group_size\": 16, \"kv_cache_quant_algo\": null, \"exclude_modules\": "
+      << json_list(synth_exclude(g)) << "}\n}\n";
+    check(bool(f), "lilicorr synthesis: cannot write '", dir, "/hf_quant_config.json'");
+  }
+  nvfp4::QuantConfig ex;
+  ex.exclude = synth_exclude(g);
   const std::vector<Spec> list = tensor_list(g);
   std::vector<TensorSpec> specs;
   for (const Spec& s : list) {
     const std::string name =
         g.serving_names && s.name.rfind("lilicorr.", 0) == 0 ? "lilicorr." + serving_name(s.name.substr(9)) : s.name;
+    if (quantized_module(g, ex, s.name)) {
+      check(s.shape[1] % 16 == 0, "lilicorr synthesis: '", s.name, "' has ", s.shape[1],
+            " inputs, not a multiple of 16 (NVFP4)");
+      const std::string m = name.substr(0, name.size() - 7);
+      if (g.quant == "nvfp4") {
+        specs.push_back({name, "U8", {s.shape[0], s.shape[1] / 2}});
+        specs.push_back({m + ".weight_scale", "F8_E4M3", {s.shape[0], s.shape[1] / 16}});
+        specs.push_back({m + ".weight_scale_2", "F32", {}});
+        specs.push_back({m + ".input_scale", "F32", {}});
+      } else {
+        specs.push_back({name, "U32", {s.shape[0], s.shape[1] / 8}});
+        specs.push_back({m + ".scales", "U8", {s.shape[0], s.shape[1] / 16}});
+        specs.push_back({m + ".global_scale", "F32", {}});
+      }
+      continue;
+    }
     specs.push_back({name, g.bf16 ? "BF16" : "F32", s.shape});
   }
   safetensors::SafetensorsWriter writer;
   auto file = writer.create((fs::path(dir) / "model.safetensors").string(), specs, FileInfo{});
   std::vector<float> v;
   std::vector<uint16_t> h;
+  std::vector<uint8_t> q, sc;
   for (const Spec& s : list) {
     uint64_t key = 0xcbf29ce484222325ull;  // FNV-1a of the export name: the same bits under either naming
     for (unsigned char ch : s.name) key = (key ^ ch) * 0x100000001b3ull;
@@ -197,6 +319,20 @@ void write_synthetic(const std::string& dir, const SynthGeometry& g, uint64_t se
                                                  : std::sqrt(3.0 / in);  // unit-variance outputs
     v.resize(size_t(n));
     for (float& x : v) x = float((s.fill == Fill::Norm ? 1.0 : 0.0) + a * (2.0 * rng.uniform() - 1.0));
+    if (quantized_module(g, ex, s.name)) {
+      float global = 0;
+      const float s2 = quantize_nvfp4(v, s.shape[0], s.shape[1], q, sc, global);
+      file->write(q.data(), q.size());
+      file->write(sc.data(), sc.size());
+      if (g.quant == "nvfp4") {
+        const float input_scale = 1.0f / 2688.0f;
+        file->write(&s2, 4);
+        file->write(&input_scale, 4);
+      } else {
+        file->write(&global, 4);  // MLX: multiplier = global_scale / 2688, which is s2 in f32
+      }
+      continue;
+    }
     if (g.bf16) {
       h.resize(v.size());
       for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);

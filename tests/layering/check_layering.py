@@ -51,6 +51,9 @@ SHARED = {
     "plugins/spec-lilicorr": {
         "formats/safetensors/safetensors_checkpoint.h",  # a drafter checkpoint is an HF safetensors folder
         "formats/safetensors/safetensors_file_writer.h",  # synthetic drafter checkpoints
+        "formats/nvfp4/nvfp4_checkpoint.h",  # NVFP4 drafter modules: ModelOpt's exclude check (quant.cpp)
+        "formats/nvfp4/modelopt_config.h",  # ModelOpt's quantization config (quant.h)
+        "formats/nvfp4/encodings.h",  # e2m1 / E4M3 decoding (quant.cpp)
     },
 }
 

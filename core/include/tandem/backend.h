@@ -160,6 +160,16 @@ class Backend {
     (void)pos0_device;
     rope(x, heads, hd, pos0, theta);
   }
+  // Optional (drafters with rope_scaling, e.g. yarn): rope() with a frequency table inv_freq [hd/2] in
+  // device memory instead of θ: pair (j, j + hd/2) of row r turns by the f32 angle (pos0 + r)·inv_freq[j]
+  // (the exact product rounded once, as HF's f32 product), cos and sin in f32 each times `scale` (HF's
+  // attention_scaling). pos0 is read from *pos0_device when that is not null (as rope_at). Default: fails
+  // naming the op.
+  virtual void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                          const float* inv_freq, float scale) {
+    (void)x, (void)heads, (void)hd, (void)pos0, (void)pos0_device, (void)inv_freq, (void)scale;
+    fail("backend '", device(), "' has no rope_table (a frequency-table RoPE: the drafter's rope_scaling)");
+  }
   // Optional (graph capture): unmasked attention over a cache that grows. The new rows k/v [n, nkv·hd]
   // are written into the caches (rows of nkv·hd, `capacity` of them) at positions pos0 … pos0 + n − 1,
   // then every row of q [n, nq·hd] attends to cache rows 0 … pos0 + n − 1 (attention_full of those

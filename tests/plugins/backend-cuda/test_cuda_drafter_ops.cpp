@@ -99,6 +99,44 @@ TEST_F(CudaDrafterOps, RopeAtMatchesCpuAndOneRecordingServesEveryPosition) {
   }
 }
 
+// rope_table (yarn frequency tables): the CPU twin on random inputs and tables, direct (host position)
+// and through a device position, outputs in place; one recording replayed at other positions gives the
+// direct call's bits there.
+TEST_F(CudaDrafterOps, RopeTableMatchesCpuAndOneRecordingServesEveryPosition) {
+  for (auto [rows, heads, hd, pos0] : {std::tuple{8, 4, 16, int64_t(3)}, std::tuple{7, 8, 128, int64_t(4093)},
+                                      std::tuple{16, 2, 64, int64_t(100000)}}) {
+    const int64_t w = int64_t(heads) * hd;
+    auto x = random_vec(size_t(rows * w), uint64_t(rows + hd + 9), -2.f, 2.f);
+    auto inv = random_vec(size_t(hd / 2), uint64_t(hd), 1e-5f, 1.f);
+    const float scale = 1.0f + 0.1f * std::log(8.0f);
+    std::vector<float> ref = x;
+    cpu::rope_table(Tensor::f32(ref.data(), rows, w), heads, hd, pos0, nullptr, inv.data(), scale);
+    auto dinv = to_device(*be, inv);
+    auto pos = to_device(*be, std::vector<int64_t>{pos0});
+    auto dx = to_device(*be, x), dr = to_device(*be, x);
+    be->rope_table(Tensor::f32(dx.p(), rows, w), heads, hd, pos0, pos.p(), dinv.p(), scale);
+    be->rope_table(Tensor::f32(dr.p(), rows, w), heads, hd, pos0, nullptr, dinv.p(), scale);
+    const auto got = to_host(*be, dx);
+    record(("rope_table " + std::to_string(hd) + " at " + std::to_string(pos0)).c_str(), max_rel_err(got, ref),
+           pos0 > 10000 ? 5e-3 : 1e-5);
+    EXPECT_TRUE(same_bits(got, to_host(*be, dr))) << "rope_table at the device position and the host's differ";
+
+    auto rec = to_device(*be, x);
+    ASSERT_TRUE(be->begin_capture());
+    be->rope_table(Tensor::f32(rec.p(), rows, w), heads, hd, pos0, pos.p(), dinv.p(), scale);
+    auto graph = be->end_capture();
+    ASSERT_TRUE(graph != nullptr);
+    for (int64_t at : {int64_t(0), pos0 + 1, int64_t(777), pos0}) {
+      be->upload(rec.p(), x.data(), x.size() * sizeof(float));
+      be->upload(pos.p(), &at, sizeof(at));
+      graph->launch();
+      auto want = to_device(*be, x);
+      be->rope_table(Tensor::f32(want.p(), rows, w), heads, hd, at, nullptr, dinv.p(), scale);
+      EXPECT_TRUE(same_bits(to_host(*be, rec), to_host(*be, want))) << "replayed at " << at;
+    }
+  }
+}
+
 // attention_full_at: the new rows land in the caches at the position and every query row attends over
 // rows 0 … pos0 + n − 1, as the CPU twin does (outputs poisoned, cache rows past the block random and
 // left alone); one recording replayed at other positions gives the bits of a direct call there.

@@ -115,6 +115,33 @@ TEST(CpuDrafterOps, TheDevicePositionVariantsAreRopeAndAttentionFullAtThatPositi
                Error);
 }
 
+// rope_table (a drafter's rope_scaling): with the plain frequencies θ^(−2j/hd) (rounded to f32) and
+// scale 1 it turns each pair by float(pos·inv[j]), as written here; the scale multiplies cos and sin; a
+// device position that is not the host's is an error.
+TEST(CpuDrafterOps, RopeTableTurnsByTheTableAndScales) {
+  cpu::CpuBackend be;
+  const int heads = 2, hd = 8;
+  const int64_t n = 3, pos0 = 5;
+  std::vector<float> inv(hd / 2);
+  for (int j = 0; j < hd / 2; ++j) inv[size_t(j)] = 1.0f / float(1 + 3 * j);
+  auto x = random_vec(size_t(n * heads * hd), 21, -2.f, 2.f);
+  std::vector<float> y = x, z = x;
+  be.rope_table(Tensor::f32(y.data(), n, heads * hd), heads, hd, pos0, nullptr, inv.data(), 1.0f);
+  be.rope_table(Tensor::f32(z.data(), n, heads * hd), heads, hd, pos0, &pos0, inv.data(), 0.5f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int j = 0; j < hd / 2; ++j) {
+        const size_t i = size_t(r * heads * hd + h * hd + j), k = i + size_t(hd / 2);
+        const float a = float(double(pos0 + r) * double(inv[size_t(j)]));
+        EXPECT_FLOAT_EQ(y[i], x[i] * std::cos(a) - x[k] * std::sin(a));
+        EXPECT_FLOAT_EQ(y[k], x[k] * std::cos(a) + x[i] * std::sin(a));
+        EXPECT_FLOAT_EQ(z[i], 0.5f * y[i]);
+      }
+  const int64_t other = pos0 + 1;
+  EXPECT_THROW(be.rope_table(Tensor::f32(z.data(), n, heads * hd), heads, hd, pos0, &other, inv.data(), 1.0f), Error);
+  EXPECT_THROW(be.rope_table(Tensor::f32(z.data(), n, heads * hd), heads, hd, pos0, nullptr, nullptr, 1.0f), Error);
+}
+
 TEST(CpuDrafterOps, AttentionBiasAddsTheBiasOfEachHeadAndPair) {
   cpu::CpuBackend be;
   for (auto [n, heads, hd] : {std::tuple{6, 2, 8}, std::tuple{1, 1, 4}, std::tuple{21, 3, 16}}) {

@@ -1,6 +1,6 @@
 // Loading LiLiCorr checkpoints (plugins/spec-lilicorr/checkpoint.*): the export and serving names give
 // the same bits, geometry comes from the tensors and disagreements with config.json are one-line
-// errors naming both, quantized modules are refused by name; the context cache equals recomputing.
+// errors naming both, unknown quantizations and dtypes are refused by name; the context cache equals recomputing.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -146,7 +146,13 @@ TEST(LilicorrLoader, ConfigAndTensorDisagreementsNameBoth) {
   {
     const std::string p = synth(dir, "rope", false, true);
     edit_config(p, "\"block_size\": 8,", "\"block_size\": 8, \"rope_scaling\": {\"rope_type\": \"yarn\"},");
-    test::expect_error([&] { load_drafter(p); }, {"config.json", "rope_scaling", "yarn", "not supported yet"});
+    test::expect_error([&] { load_drafter(p); },
+                       {"config.json", "rope_scaling.original_max_position_embeddings", "required for yarn"});
+  }
+  {
+    const std::string p = synth(dir, "longrope", false, true);
+    edit_config(p, "\"block_size\": 8,", "\"block_size\": 8, \"rope_scaling\": {\"rope_type\": \"longrope\"},");
+    test::expect_error([&] { load_drafter(p); }, {"config.json", "rope_scaling", "longrope", "not supported"});
   }
   {
     const std::string p = synth(dir, "causal", false, true);
@@ -160,7 +166,7 @@ TEST(LilicorrLoader, QuantizedModulesAreRefusedByName) {
   {
     const std::string p = synth(dir, "qc", false, true);
     edit_config(p, "\"block_size\": 8,", "\"block_size\": 8, \"quantization_config\": {\"quant_algo\": \"NVFP4\"},");
-    test::expect_error([&] { load_drafter(p); }, {"quantization_config", "NVFP4", "not supported yet"});
+    test::expect_error([&] { load_drafter(p); }, {"config.json", "quantization_config", "quant_method", "ModelOpt"});
   }
   {
     const std::string p = synth(dir, "u8", false, true);
@@ -170,7 +176,7 @@ TEST(LilicorrLoader, QuantizedModulesAreRefusedByName) {
     f->write(bytes.data(), bytes.size());
     f->close();
     test::expect_error([&] { load_drafter(p); },
-                       {"extra.safetensors", "layers.0.mlp.up_proj.weight_packed", "U8", "not supported yet"});
+                       {"extra.safetensors", "layers.0.mlp.up_proj.weight_packed", "U8", "not supported"});
   }
   {
     const std::string p = synth(dir, "extra", false, true);
