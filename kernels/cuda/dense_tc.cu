@@ -88,8 +88,9 @@ __device__ __forceinline__ Pow2Scale scale_of_exp(uint32_t e) { return pow2_scal
 
 // ---- GEMV: 1…16 rows (NT = 1 or 2 tiles of 8) ----
 // A block holds `mts` weight m-tiles of 16 rows (blockDim.x = 32·kKw·mts); the kKw warps of an m-tile
-// take its chunks in turn (round rd: chunk rd·kKw + kw), each one chunk's whole weight slice into
-// registers (16 steps × two 8-byte loads a lane) before its mma chain; the round's partials go
+// take its chunks in turn (round rd: chunk rd·kKw + kw), each one chunk's whole weight slice in
+// registers (16 steps × two 8-byte loads a lane), the next chunk's step s loaded as soon as this
+// one's step s has gone into the mma chain; the round's partials go
 // through shared memory and the m-tile's first warp adds them to its total in chunk order. The
 // m-tiles of a block read the same x chunk at about the same time, so x mostly comes from L1.
 constexpr int kKw = 4, kMaxMts = 4;
@@ -120,7 +121,18 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
   float tot[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) tot[nt][0] = tot[nt][1] = tot[nt][2] = tot[nt][3] = 0.0f;
-  bool waited = false;
+  // Chunk j's weights: la[s], lb[s] hold step s (rows g and g+8, k = 4t … 4t+3; zero past m or k).
+  uint2 la[kStepsPerChunk], lb[kStepsPerChunk];
+  auto fetch = [&](int64_t jj, int s) {
+    const int64_t e = jj * kChunk + s * 16;
+    const bool in = live && jj < chunks && e + 4 * t < k;  // k % 8 == 0: a lane's four are all in or out
+    la[s] = in && va ? ldg_stream64(wa + e) : make_uint2(0, 0);
+    lb[s] = in && vb ? ldg_stream64(wb + e) : make_uint2(0, 0);
+  };
+#pragma unroll
+  for (int s = 0; s < kStepsPerChunk; ++s) fetch(kw, s);
+  cuda::pdl_wait();  // the first chunk's weights are in flight; x may come from the previous kernel
+  cuda::pdl_trigger();
   for (int64_t rd = 0; rd < rounds; ++rd) {
     const int64_t j = rd * kKw + kw;
     float acc[NT][4];
@@ -128,21 +140,6 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     if (live && j < chunks) {  // warp-uniform
       const int64_t e0 = j * kChunk;  // first k of the chunk
-      const int64_t left = steps - j * kStepsPerChunk;
-      const int ns = left < kStepsPerChunk ? int(left) : kStepsPerChunk;
-      uint2 la[kStepsPerChunk], lb[kStepsPerChunk];
-#pragma unroll
-      for (int s = 0; s < kStepsPerChunk; ++s) {
-        const int64_t e = e0 + s * 16;
-        const bool in = s < ns && e + 4 * t < k;  // k % 8 == 0: the lane's four are all in or all out
-        la[s] = in && va ? ldg_stream64(wa + e) : make_uint2(0, 0);
-        lb[s] = in && vb ? ldg_stream64(wb + e) : make_uint2(0, 0);
-      }
-      if (!waited) {  // the weight loads are in flight; x may come from the previous kernel
-        cuda::pdl_wait();
-        cuda::pdl_trigger();
-        waited = true;
-      }
       float up[NT], down[NT];
       if constexpr (Op<T>::kScaled) {
 #pragma unroll
@@ -151,7 +148,7 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
 #pragma unroll
           for (int s = 0; s < kStepsPerChunk; ++s) {
             const int64_t e = e0 + s * 16;
-            if (s < ns && xok[nt] && e + 4 * t < k) mx = fmaxf(mx, absmax4(load_x4(xr[nt] + e, xvec)));
+            if (xok[nt] && e + 4 * t < k) mx = fmaxf(mx, absmax4(load_x4(xr[nt] + e, xvec)));
           }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -161,17 +158,19 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
       }
 #pragma unroll
       for (int s = 0; s < kStepsPerChunk; ++s) {
-        if (s >= ns) break;
         const int64_t e = e0 + s * 16;
-        const uint32_t a[4] = {la[s].x, lb[s].x, la[s].y, lb[s].y};
+        if (e < k) {  // warp-uniform: the step exists
+          const uint32_t a[4] = {la[s].x, lb[s].x, la[s].y, lb[s].y};
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float4 v = xok[nt] && e + 4 * t < k ? load_x4(xr[nt] + e, xvec) : make_float4(0.f, 0.f, 0.f, 0.f);
-          if constexpr (Op<T>::kScaled) v = scaled(v, up[nt]);
-          uint32_t h[2], l[2];
-          split4<T>(v, h, l);
-          mma_hi_lo<T>(acc[nt], a, h, l);
+          for (int nt = 0; nt < NT; ++nt) {
+            float4 v = xok[nt] && e + 4 * t < k ? load_x4(xr[nt] + e, xvec) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if constexpr (Op<T>::kScaled) v = scaled(v, up[nt]);
+            uint32_t h[2], l[2];
+            split4<T>(v, h, l);
+            mma_hi_lo<T>(acc[nt], a, h, l);
+          }
         }
+        fetch(j + kKw, s);  // the warp's next chunk streams in while this one computes
       }
       if constexpr (Op<T>::kScaled) {
         // acc columns 2t, 2t+1 are x rows whose scale lanes 4·(2t) and 4·(2t+1) hold.
@@ -181,11 +180,6 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
           acc[nt][0] *= d0, acc[nt][1] *= d1, acc[nt][2] *= d0, acc[nt][3] *= d1;
         }
       }
-    }
-    if (!waited) {
-      cuda::pdl_wait();
-      cuda::pdl_trigger();
-      waited = true;
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)

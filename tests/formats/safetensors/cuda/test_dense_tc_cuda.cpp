@@ -6,8 +6,8 @@
 // activations beyond fp16's range and far below it; and replay under graph capture.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "cuda_probe.h"
 #include "device_buffers.h"
@@ -146,7 +146,7 @@ TEST_F(DenseTcCuda, RowsAreBitIdenticalForEveryBatchSize) {
       // The same rows one float past a 16-byte boundary (the unaligned x paths).
       for (int64_t n : {int64_t(3), int64_t(16), int64_t(17), int64_t(300)}) {
         std::vector<float> shifted(size_t(1 + n * s.k), 0.f);
-        std::memcpy(shifted.data() + 1, x.data() + 9 * s.k, size_t(n * s.k) * 4);
+        std::copy(x.begin() + 9 * s.k, x.begin() + (9 + n) * s.k, shifted.begin() + 1);
         Dev ds = upload(*be, shifted);
         Dev dy = poisoned(*be, size_t(n * s.m));
         gpu->matmul(Tensor::f32(ds.p() + 1, n, s.k), Tensor::f32(dy.p(), n, s.m));
