@@ -87,21 +87,21 @@ __device__ __forceinline__ float4 load_x4(const float* p, bool vec) {
 __device__ __forceinline__ Pow2Scale scale_of_exp(uint32_t e) { return pow2_scale<14>(__uint_as_float(e << 23)); }
 
 // ---- GEMV: 1…16 rows (NT = 1 or 2 tiles of 8) ----
-// A block holds `mts` weight m-tiles of 16 rows (blockDim.x = 32·kKw·mts); the kKw warps of an m-tile
-// take its chunks in turn (round rd: chunk rd·kKw + kw), each one chunk's whole weight slice in
+// A block holds `mts` weight m-tiles of 16 rows (blockDim.x = 32·kws·mts, at most 16 warps); the kws
+// warps of an m-tile take its chunks in turn (round rd: chunk rd·kws + kw), each one chunk's whole weight slice in
 // registers (16 steps × two 8-byte loads a lane), the next chunk's step s loaded as soon as this
 // one's step s has gone into the mma chain; the round's partials go
 // through shared memory and the m-tile's first warp adds them to its total in chunk order. The
 // m-tiles of a block read the same x chunk at about the same time, so x mostly comes from L1.
-constexpr int kKw = 4, kMaxMts = 4;
+constexpr int kMaxWarps = 16, kMaxMts = 4;
 
 template <WType T, int NT>
-__global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<T>::E* __restrict__ w, int64_t m,
-                                                               int64_t k, const float* __restrict__ x, int n, bool xvec,
-                                                               float* __restrict__ y) {
-  __shared__ float part[2][kKw * kMaxMts][NT * 4][32];
-  const int lane = int(threadIdx.x & 31), wi = int(threadIdx.x >> 5), mt = wi / kKw, kw = wi % kKw;
-  const int mts = int(blockDim.x) / (32 * kKw);
+__global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::E* __restrict__ w, int64_t m,
+                                                               int64_t k, const float* __restrict__ x, int n, bool xvec, int kws,
+                                                         float* __restrict__ y) {
+  __shared__ float part[2][kMaxWarps][NT * 4][32];
+  const int lane = int(threadIdx.x & 31), wi = int(threadIdx.x >> 5), mt = wi / kws, kw = wi % kws;
+  const int mts = int(blockDim.x) / (32 * kws);
   const int g = lane >> 2, t = lane & 3;
   const int64_t o0 = (int64_t(blockIdx.x) * mts + mt) * 16;
   const bool live = o0 < m;
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
   const typename Op<T>::E* wa = w + (va ? ra : 0) * k + 4 * t;
   const typename Op<T>::E* wb = w + (vb ? rb : 0) * k + 4 * t;
   const int64_t steps = (k + 15) / 16, chunks = (steps + kStepsPerChunk - 1) / kStepsPerChunk;
-  const int64_t rounds = (chunks + kKw - 1) / kKw;
+  const int64_t rounds = (chunks + kws - 1) / kws;
   const float* xr[NT];
   bool xok[NT];
 #pragma unroll
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
   cuda::pdl_wait();  // the first chunk's weights are in flight; x may come from the previous kernel
   cuda::pdl_trigger();
   for (int64_t rd = 0; rd < rounds; ++rd) {
-    const int64_t j = rd * kKw + kw;
+    const int64_t j = rd * kws + kw;
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
             mma_hi_lo<T>(acc[nt], a, h, l);
           }
         }
-        fetch(j + kKw, s);  // the warp's next chunk streams in while this one computes
+        fetch(j + kws, s);  // the warp's next chunk streams in while this one computes
       }
       if constexpr (Op<T>::kScaled) {
         // acc columns 2t, 2t+1 are x rows whose scale lanes 4·(2t) and 4·(2t+1) hold.
@@ -187,12 +187,12 @@ __global__ void __launch_bounds__(32 * kKw * kMaxMts) gemv_tc(const typename Op<
       for (int i = 0; i < 4; ++i) part[rd & 1][wi][nt * 4 + i][lane] = acc[nt][i];
     __syncthreads();  // one barrier a round: the other buffer's readers finished before this one
     if (kw == 0 && live)
-      for (int q = 0; q < kKw; ++q) {
-        if (rd * kKw + q >= chunks) break;
+      for (int q = 0; q < kws; ++q) {
+        if (rd * kws + q >= chunks) break;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) tot[nt][i] = tot[nt][i] + part[rd & 1][mt * kKw + q][nt * 4 + i][lane];
+          for (int i = 0; i < 4; ++i) tot[nt][i] = tot[nt][i] + part[rd & 1][mt * kws + q][nt * 4 + i][lane];
       }
   }
   if (kw != 0 || !live) return;
@@ -409,15 +409,22 @@ void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t 
   const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;  // k % 8 == 0: every row is then aligned too
   const int sms = sm_count();
   if (n <= 16) {
-    // m-tiles per block: the most (more reuse of each x chunk in L1) that still gives every SM a block.
-    const int64_t tiles = ceil_div(m, 16);
+    // m-tiles per block: the most (more reuse of each x chunk in L1) that still gives every SM two
+    // blocks; then warps per m-tile (4 … 16/mts) until the grid holds ~8 warps an SM or each warp has
+    // only two chunks left (the small router: 16 warps on each of its 31 m-tiles).
+    const int64_t tiles = ceil_div(m, 16), chunks = ceil_div(ceil_div(k, 16), kStepsPerChunk);
     int mts = kMaxMts;
     while (mts > 1 && ceil_div(tiles, mts) < 2 * sms) mts /= 2;
-    const dim3 grid(unsigned(ceil_div(tiles, mts))), block(unsigned(32 * kKw * mts));
+    const int64_t blocks = ceil_div(tiles, mts);
+    int kws = 4;
+    while (kws * 2 * mts <= kMaxWarps && blocks * mts * kws < 8 * int64_t(sms) && chunks >= 2 * kws) kws *= 2;
+    const dim3 grid{unsigned(blocks)}, block{unsigned(32 * kws * mts)};
     if (n <= 8)
-      cuda::launch(gemv_tc<T, 1>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, y);
+      cuda::launch(gemv_tc<T, 1>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, kws,
+                   y);
     else
-      cuda::launch(gemv_tc<T, 2>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, y);
+      cuda::launch(gemv_tc<T, 2>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, kws,
+                   y);
     return;
   }
   // 128 × 128 tiles once they fill the SMs (prefill), 64 × 64 below (catch-up and verify batches).
