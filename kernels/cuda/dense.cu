@@ -1,6 +1,10 @@
-// Dense BF16/F16/F32 weights on the GPU: the warp-per-output GEMV used for decode and verify (and
-// for every MoE gather), a tiled kernel for prefill, and row gathers, on raw device pointers.
+// Dense BF16/F16/F32 weights on the GPU: the tensor-core kernels of BF16/F16 (dense_tc.cu) for
+// every row count; the SIMT warp-per-output GEMV (decode and verify of F32 weights, every MoE
+// gather, and BF16/F16 when the tensor-core kernels do not take a weight or TANDEM_CUDA_DENSE_SIMT=1)
+// and tiled kernel (prefill), and row gathers, on raw device pointers.
 #include "tandem/cuda/dense.cuh"
+
+#include "dense_tc.cuh"
 
 #include <algorithm>
 #include <cstring>
@@ -226,9 +230,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool w_vec(WType t, const void* w, int64_t k) { return aligned16(w) && (size_t(k) * elem_bytes(t)) % 16 == 0; }
 bool x_vec(const float* x, int64_t k) { return aligned16(x) && k % 4 == 0; }
 
+// TANDEM_CUDA_DENSE_SIMT=1 keeps BF16/F16 weights on the SIMT kernels (side-by-side timing); read once.
+bool simt_only() {
+  static const bool v = env_is_one("TANDEM_CUDA_DENSE_SIMT");
+  return v;
+}
+
 template <WType T>
 void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t n, float* y, cudaStream_t s) {
   using E = typename WElem<T>::type;
+  if (T != WType::F32 && !simt_only() && dense_tc::eligible(T, wp, k)) return dense_tc::matmul(T, wp, m, k, x, n, y, s);
   const E* w = static_cast<const E*>(wp);
   if (n > kGemvMaxRows) {
     dim3 grid(unsigned(ceil_div(m, kTile)), unsigned(ceil_div(n, kTile)));

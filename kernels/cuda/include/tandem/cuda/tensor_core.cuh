@@ -1,5 +1,6 @@
 // The pieces the tensor-core GEMVs of the quantized formats share (formats/gguf/mma_cuda.cuh,
-// formats/exl3/kernels_cuda.cuh): one mma.sync.m16n8k16 (fp16 × fp16 → fp32) and the exact
+// formats/exl3/kernels_cuda.cuh), with the dense BF16/F16 kernels (kernels/cuda/dense_tc.cu): one
+// mma.sync.m16n8k16 (fp16 × fp16 → fp32, and bf16 × bf16 → fp32) and the exact
 // activation split — a group scaled by a power of two into [2^14, 2^15) (pow2_scale<14>, device_bits.cuh),
 // then x' = hi + lo in fp16 —
 // and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32); for the backend's flash
@@ -20,6 +21,19 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
                                          uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same with bf16 operands (the dense BF16 kernels): A regs a0..a3 hold rows g, g+8, g, g+8 (g =
+// lane/4) at k = 2·(lane%4) + 0, 1 (a2, a3: +8); B regs b0, b1 column g at the same k; d0, d1 row g,
+// columns 2·(lane%4) + 0, 1; d2, d3 row g+8. Each output is a function of its A row, B column and
+// accumulator only (so a B column's results never depend on the other columns).
+__device__ __forceinline__ void mma16816_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

@@ -1,0 +1,41 @@
+// The tensor-core kernels of dense BF16/F16 weights (dense_tc.cu), private to dense.cu, which
+// dispatches to them unless TANDEM_CUDA_DENSE_SIMT=1.
+// Owner: callers own every pointer. Thread: one caller per stream. Sync: a launch is queued on
+// `stream` and returns (capturable: no allocation, no host synchronization); a configuration error
+// throws tandem::Error.
+//
+// The order contract (batch invariance): for output y[r, o] the k axis is cut into chunks of
+// kChunk = 256 elements (the last one shorter) and each chunk into k16 steps; a chunk's partial is
+// one mma.sync.m16n8k16 chain from zero over its steps in k order, at each step the weight tile
+// times hi(x) then times lo(x) (x = hi + lo, see below); y is the fp32 sum 0 + c0 + c1 + … of the
+// chunk partials, left to right. Every kernel here (the GEMV of 1…16 rows and both GEMM tilings)
+// computes exactly that, and an mma output depends only on its weight row, its x column and its
+// accumulator, so a row's bits are a function of (its x row, W, m, k) — never of n, of the other
+// rows, or of the row's position in a tile. Inside a step, lane l (g = l/4, t = l%4) feeds the
+// fragment positions 2t, 2t+1 with k = 4t, 4t+1 and 2t+8, 2t+9 with k = 4t+2, 4t+3 (one 8-byte
+// weight load per row); every kernel uses that same k permutation.
+//
+// Accuracy: BF16 weights take x = hi + lo with hi = bf16(x), lo = bf16(x − hi) (|x − hi − lo| ≤
+// 2^-16·|x|). F16 weights take the same split in fp16 after scaling each (row, chunk) of x by the
+// power of two that puts its largest magnitude in [2^14, 2^15) (pow2_scale<14>), the chunk's partial
+// scaled back exactly before it is added: no |x| overflows fp16 and small ones keep their bits. The
+// scale is a function of the row's own chunk, so it keeps the invariance.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tandem/cuda/util.cuh"
+
+namespace tandem::cuda::dense_tc {
+
+constexpr int kChunk = 256;
+
+// True when the tensor-core kernels take a weight: BF16 or F16, k a positive multiple of 8, w
+// 16-byte aligned (every row then is). A function of the weight alone, never of x or n.
+bool eligible(WType t, const void* w, int64_t k);
+
+// y[n, m] = x[n, k] · W[m, k]ᵀ for an eligible weight; x needs no alignment.
+void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, cudaStream_t stream);
+
+}  // namespace tandem::cuda::dense_tc

@@ -1,0 +1,141 @@
+// Dense BF16/F16 matmul on the GPU (kernels/cuda/dense.cu: the tensor-core kernels of dense_tc.cu,
+// or with --simt the SIMT GEMV and tiled kernel they replaced) against the device's copy bandwidth:
+// the model widths [4096, 4096], [12288, 4096], [4096, 12288], [4096, 24576] and the small router
+// [496, 4096] at n = 1, 8, 16, 64 and 2048 rows of x. A benchmark, not a test: run it on the GPU
+// machine. Weights rotate over enough copies to exceed the L2 several times; each time is the median
+// of 7 runs of CUDA-graph replays (launch gaps excluded) and, beside it, of plain stream launches.
+// Prints µs, weight GB/s (and % of the copy bandwidth) and TFLOP/s (2·m·k·n, the useful work; the hi +
+// lo split runs twice as many tensor-core products).
+//   bench_dense_cuda [--f16] [--simt] [--short]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cuda_timing.cuh"
+#include "tandem/cuda/dense.cuh"
+
+using namespace tandem;
+using tandem::test::ck;
+using tandem::test::time_graph;
+using tandem::test::time_stream;
+
+namespace {
+
+uint64_t next(uint64_t& s) {
+  s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+  return s;
+}
+
+// Random weights of magnitude in [2^-7, 1) as raw 16-bit patterns.
+std::vector<uint16_t> random_weight(bool f16, size_t count, uint64_t seed) {
+  std::vector<uint16_t> v(count);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& h : v) {
+    const uint64_t r = next(s);
+    const uint16_t sign = uint16_t((r >> 63) << 15);
+    if (f16) h = uint16_t(sign | uint16_t((8 + (r >> 32) % 7) << 10) | uint16_t(r & 0x3FF));
+    else h = uint16_t(sign | uint16_t((120 + (r >> 32) % 7) << 7) | uint16_t(r & 0x7F));
+  }
+  return v;
+}
+
+double copy_gbs() {
+  const size_t bytes = size_t(1) << 30;
+  void *a, *b;
+  ck(cudaMalloc(&a, bytes), "malloc");
+  ck(cudaMalloc(&b, bytes), "malloc");
+  ck(cudaMemset(a, 1, bytes), "memset");
+  const double ms = time_stream(
+      [&](int) { ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread), "copy"); }, 5);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(bytes) / (ms * 1e6);
+}
+
+void bench(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
+  const cuda::WType t = f16 ? cuda::WType::F16 : cuda::WType::BF16;
+  const size_t bytes = size_t(m * k) * 2;
+  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
+  const std::vector<uint16_t> host = random_weight(f16, size_t(m * k), uint64_t(m * 31 + k));
+  std::vector<void*> w(static_cast<size_t>(copies), nullptr);
+  for (void*& p : w) {
+    ck(cudaMalloc(&p, bytes), "malloc weights");
+    ck(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload weights");
+  }
+  std::vector<float> hx(size_t(n * k));
+  uint64_t s = 12345;
+  for (float& v : hx) v = float(int64_t(next(s) % 2000001) - 1000000) * 1e-6f;
+  float *x, *y;
+  ck(cudaMalloc(&x, hx.size() * 4), "malloc x");
+  ck(cudaMalloc(&y, size_t(n * m) * 4), "malloc y");
+  ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "upload x");
+  ck(cudaMemset(y, 0xFF, size_t(n * m) * 4), "poison y");
+  auto call = [&](int i) {
+    cuda::launch_dense_matmul(t, w[size_t(i % copies)], m, k, x, n, y, cudaStreamPerThread);
+  };
+  const int calls = std::max(copies, n >= 1024 ? 4 : 20);
+  const double stream_ms = time_stream(call, calls), graph_ms = time_graph(call, calls);
+  std::vector<float> hy(size_t(n * m));
+  ck(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost), "download y");
+  for (float v : hy)
+    if (std::isnan(v)) {
+      std::fprintf(stderr, "[%lld, %lld] n=%lld: unwritten output\n", (long long)m, (long long)k, (long long)n);
+      std::exit(3);
+    }
+  const double ms = graph_ms > 0 ? graph_ms : stream_ms;
+  const double gbs = double(bytes) / (ms * 1e6);
+  char name[64];
+  std::snprintf(name, sizeof name, "%s [%lld, %lld] n=%lld", f16 ? "F16" : "BF16", (long long)m, (long long)k,
+                (long long)n);
+  std::printf("%-30s graph %9.2f us  stream %9.2f us  %7.0f GB/s  %5.1f%% of copy  %7.2f TFLOP/s\n", name,
+              graph_ms * 1e3, stream_ms * 1e3, gbs, 100 * gbs / copy, 2.0 * double(m * k) * double(n) / (ms * 1e9));
+  for (void* p : w) cudaFree(p);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool f16 = false, simt = false, brief = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--f16") == 0) f16 = true;
+    else if (std::strcmp(argv[i], "--simt") == 0) simt = true;
+    else if (std::strcmp(argv[i], "--short") == 0) brief = true;
+    else {
+      std::fprintf(stderr, "usage: bench_dense_cuda [--f16] [--simt] [--short]\n");
+      return 1;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  // Read once by the first matmul: set before any.
+  if (simt) setenv("TANDEM_CUDA_DENSE_SIMT", "1", 1);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  cudaDeviceProp prop;
+  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  const double copy = copy_gbs();
+  std::printf("device: %s, %d SMs, L2 %.0f MB; copy %.0f GB/s (read + write); kernels: %s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy, simt ? "SIMT" : "tensor cores");
+  struct Shape {
+    int64_t m, k;
+  };
+  const Shape shapes[] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {4096, 24576}, {496, 4096}};
+  for (Shape s : shapes) {
+    for (int64_t n : {1, 8, 16, 64, 2048}) {
+      if (brief && n > 16 && n != 64) continue;
+      if (simt && n == 2048 && s.k > 4096) continue;  // the SIMT GEMM takes seconds there
+      bench(f16, s.m, s.k, n, copy);
+    }
+  }
+  return 0;
+}

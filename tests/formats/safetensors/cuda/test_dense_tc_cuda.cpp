@@ -1,0 +1,212 @@
+// The tensor-core kernels of dense BF16/F16 weights (kernels/cuda/dense_tc.cu) through the
+// safetensors CUDA tensors: against the CPU matmul on fresh random inputs into NaN-poisoned outputs
+// for the GEMV (1…16 rows) and both GEMM tilings, m not a multiple of 16 or 128, k of model widths
+// (4096, 12288, 24576), an odd multiple of 16 (4112) and one of 8 only (1000); every row's bits the
+// same whatever n, whatever its position in the batch and whether x is 16-byte aligned; F16
+// activations beyond fp16's range and far below it; and replay under graph capture.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda_probe.h"
+#include "device_buffers.h"
+#include "formats/safetensors/dense_cpu.h"
+#include "formats/safetensors/dense_cuda.h"
+#include "plugins/backend-cuda/cuda_backend.h"
+#include "tandem/error.h"
+#include "test_util.h"
+
+namespace tandem::safetensors::test {
+namespace {
+
+using tandem::test::Dev;
+using tandem::test::download;
+using tandem::test::poisoned;
+using tandem::test::random_vec;
+using tandem::test::same_bits;
+using tandem::test::upload;
+
+struct Weight {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  RawTensor raw() const { return RawTensor{"w", dtype, shape, bytes.data(), bytes.size(), "memory"}; }
+};
+
+Weight make_weight(const std::string& dtype, int64_t m, int64_t k, uint64_t seed) {
+  auto v = random_vec(size_t(m * k), seed, -1.f, 1.f);
+  Weight s{dtype, {m, k}, std::vector<uint8_t>(v.size() * 2)};
+  auto* h = reinterpret_cast<uint16_t*>(s.bytes.data());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = dtype == "BF16" ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return s;
+}
+
+// Largest |got − want| / Σ_j |x_j·w_j| over the outputs (a NaN counts as infinite).
+double dot_rel_err(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& x,
+                   const std::vector<float>& w, int64_t n, int64_t m, int64_t k) {
+  double worst = 0;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < m; ++o) {
+      double mag = 1e-30;
+      const float* xr = x.data() + r * k;
+      const float* wr = w.data() + o * k;
+      for (int64_t j = 0; j < k; ++j) mag += std::abs(double(xr[j]) * wr[j]);
+      const float g = got[size_t(r * m + o)];
+      if (!std::isfinite(g)) return INFINITY;
+      worst = std::max(worst, std::abs(double(g) - want[size_t(r * m + o)]) / mag);
+    }
+  return worst;
+}
+
+class DenseTcCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TANDEM_SKIP_WITHOUT_CUDA();
+    be = std::make_unique<cuda::CudaBackend>();
+  }
+  std::vector<float> run(QuantizedTensor& t, const Dev& dx, int64_t row0, int64_t n, int64_t m, int64_t k) {
+    Dev dy = poisoned(*be, size_t(n * m));
+    t.matmul(Tensor::f32(dx.p() + row0 * k, n, k), Tensor::f32(dy.p(), n, m));
+    return download(*be, dy);
+  }
+  std::unique_ptr<cuda::CudaBackend> be;
+};
+
+struct Shape {
+  int64_t m, k;
+};
+
+const int64_t kRows[] = {1, 3, 8, 16, 17, 64, 300};
+
+TEST_F(DenseTcCuda, MatmulMatchesCpu) {
+  const double tol = 1e-5;
+  const Shape shapes[] = {{200, 4096}, {37, 12288}, {24, 24576}, {130, 4112}, {67, 1000}};
+  double worst = 0;
+  uint64_t seed = 7000;
+  for (const char* dtype : {"BF16", "F16"}) {
+    auto check = [&](Shape s, int64_t n, QuantizedTensor& gpu, DenseTensor& host, const std::vector<float>& w) {
+      auto x = random_vec(size_t(n * s.k), seed++, -2.f, 2.f);
+      std::vector<float> want(size_t(n * s.m));
+      host.matmul(Tensor::f32(x.data(), n, s.k), Tensor::f32(want.data(), n, s.m));
+      Dev dx = upload(*be, x);
+      const double e = dot_rel_err(run(gpu, dx, 0, n, s.m, s.k), want, x, w, n, s.m, s.k);
+      EXPECT_LE(e, tol) << dtype << " [" << s.m << ", " << s.k << "] n " << n;
+      worst = std::max(worst, e);
+    };
+    for (Shape s : shapes) {
+      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      DenseTensor host(st.raw());
+      auto gpu = load_dense_cuda(st.raw(), *be);
+      std::vector<float> w(size_t(s.m * s.k));
+      host.dequantize(w.data());
+      for (int64_t n : kRows) check(s, n, *gpu, host, w);
+    }
+    // A prefill-sized batch (and, for 1100 × 2048, the 128 × 128 tiling on any GPU of ≤ 144 SMs).
+    for (Shape s : {Shape{40, 4096}, Shape{1100, 256}}) {
+      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      DenseTensor host(st.raw());
+      auto gpu = load_dense_cuda(st.raw(), *be);
+      std::vector<float> w(size_t(s.m * s.k));
+      host.dequantize(w.data());
+      check(s, 2048, *gpu, host, w);
+    }
+  }
+  std::printf("[measure] dense tensor-core matmul vs cpu: max |Δ| / Σ|x·w| = %.3g (tolerance %.3g)\n", worst, tol);
+}
+
+// Row r of an n-row call equals the same row in a 2048-row call (GEMV, 64 × 64 and 128 × 128 GEMM
+// tilings), at a different position in the batch (offset 5), alone, and from an x that is not
+// 16-byte aligned.
+TEST_F(DenseTcCuda, RowsAreBitIdenticalForEveryBatchSize) {
+  const Shape shapes[] = {{1100, 4096}, {200, 4112}, {67, 1000}, {37, 24576}};
+  const int64_t N = 2048;
+  uint64_t seed = 8000;
+  for (const char* dtype : {"BF16", "F16"})
+    for (Shape s : shapes) {
+      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      auto gpu = load_dense_cuda(st.raw(), *be);
+      auto x = random_vec(size_t(N * s.k), seed++, -2.f, 2.f);
+      Dev dx = upload(*be, x);
+      const auto all = run(*gpu, dx, 0, N, s.m, s.k);
+      auto same_rows = [&](const std::vector<float>& y, int64_t row0, int64_t n, const char* what) {
+        for (int64_t i = 0; i < n; ++i)
+          if (!same_bits(y.data() + i * s.m, all.data() + (row0 + i) * s.m, size_t(s.m))) {
+            ADD_FAILURE() << dtype << " [" << s.m << ", " << s.k << "] " << what << " n " << n << ": row " << row0 + i
+                          << " differs from the " << N << "-row call";
+            return;
+          }
+      };
+      for (int64_t n : kRows) {
+        same_rows(run(*gpu, dx, 0, n, s.m, s.k), 0, n, "offset 0");
+        same_rows(run(*gpu, dx, 5, n, s.m, s.k), 5, n, "offset 5");
+      }
+      for (int64_t r : {int64_t(1), int64_t(8), int64_t(100), int64_t(129), N - 1})
+        same_rows(run(*gpu, dx, r, 1, s.m, s.k), r, 1, "alone");
+      // The same rows one float past a 16-byte boundary (the unaligned x paths).
+      for (int64_t n : {int64_t(3), int64_t(16), int64_t(17), int64_t(300)}) {
+        std::vector<float> shifted(size_t(1 + n * s.k), 0.f);
+        std::copy(x.begin() + 9 * s.k, x.begin() + (9 + n) * s.k, shifted.begin() + 1);
+        Dev ds = upload(*be, shifted);
+        Dev dy = poisoned(*be, size_t(n * s.m));
+        gpu->matmul(Tensor::f32(ds.p() + 1, n, s.k), Tensor::f32(dy.p(), n, s.m));
+        same_rows(download(*be, dy), 9, n, "unaligned x");
+      }
+    }
+}
+
+// F16 weights: activations far beyond fp16's range (1e5 … 1e9) and far below its normal range
+// (1e-9) keep fp32 accuracy (each row-chunk of x is scaled by a power of two before the fp16 split).
+TEST_F(DenseTcCuda, F16KeepsActivationsOutsideTheFp16Range) {
+  const double tol = 1e-5;
+  const int64_t m = 70, k = 4096;
+  Weight st = make_weight("F16", m, k, 9000);
+  DenseTensor host(st.raw());
+  auto gpu = load_dense_cuda(st.raw(), *be);
+  std::vector<float> w(size_t(m * k));
+  host.dequantize(w.data());
+  double worst = 0;
+  for (int64_t n : {int64_t(1), int64_t(5), int64_t(16), int64_t(40)}) {
+    auto x = random_vec(size_t(n * k), 9100 + uint64_t(n), -1.f, 1.f);
+    const float scales[] = {1e-9f, 1e-4f, 1.f, 1e5f, 1e9f};
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) {
+        // Whole rows at one scale, and in odd rows a different scale every 300 columns (mixed
+        // within a chunk of 256 as well).
+        const int sc = r % 2 ? int((r + j / 300) % 5) : int(r % 5);
+        x[size_t(r * k + j)] *= scales[sc];
+      }
+    x[0] = 70000.f;  // one element just past fp16's largest finite value
+    std::vector<float> want(size_t(n * m));
+    host.matmul(Tensor::f32(x.data(), n, k), Tensor::f32(want.data(), n, m));
+    Dev dx = upload(*be, x);
+    const double e = dot_rel_err(run(*gpu, dx, 0, n, m, k), want, x, w, n, m, k);
+    EXPECT_LE(e, tol) << "n " << n;
+    worst = std::max(worst, e);
+  }
+  std::printf("[measure] F16 tensor-core matmul, |x| from 1e-9 to 1e9: max |Δ| / Σ|x·w| = %.3g\n", worst);
+}
+
+// A captured graph replays the GEMV and the GEMM with the same bits as eager calls.
+TEST_F(DenseTcCuda, GraphReplayEqualsEagerCalls) {
+  const int64_t m = 300, k = 2048;
+  for (const char* dtype : {"BF16", "F16"}) {
+    Weight st = make_weight(dtype, m, k, 9500);
+    auto gpu = load_dense_cuda(st.raw(), *be);
+    for (int64_t n : {int64_t(4), int64_t(200)}) {
+      Dev dx = upload(*be, random_vec(size_t(n * k), 9600, -2.f, 2.f));
+      const auto eager = run(*gpu, dx, 0, n, m, k);
+      Dev dy = poisoned(*be, size_t(n * m));
+      ASSERT_TRUE(be->begin_capture());
+      gpu->matmul(Tensor::f32(dx.p(), n, k), Tensor::f32(dy.p(), n, m));
+      auto graph = be->end_capture();
+      ASSERT_TRUE(graph != nullptr) << dtype << " n " << n;
+      graph->launch();
+      const auto replay = download(*be, dy);
+      EXPECT_TRUE(same_bits(replay.data(), eager.data(), eager.size())) << dtype << " n " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::safetensors::test
