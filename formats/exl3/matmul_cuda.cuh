@@ -31,6 +31,15 @@ struct DeviceWeights {
 enum class GemvMode { kInt8, kFp16, kFp32 };
 GemvMode gemv_mode();
 
+// The prefill GEMMs (more than 16 rows; gathers of more than 512): the fused decode-and-multiply
+// kernel (kFused, the default) or the old decode + GEMM + output rotation (kOld), from
+// TANDEM_EXL3_PREFILL_OLD (0 or unset / 1; another value fails naming it). Both give the same bits.
+// set_prefill_impl overrides it for the process (tests and benchmarks; not while a call is queued
+// between its workspace query and its launch).
+enum class PrefillImpl { kFused, kOld };
+PrefillImpl prefill_impl();
+void set_prefill_impl(PrefillImpl impl);
+
 // Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
 int gemv_splits(int64_t k, int64_t n, bool gather);
 
