@@ -11,6 +11,7 @@
 
 #include "tandem/cuda/util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
+#include "formats/exl3/prefill_cuda.cuh"
 #include "tandem/error.h"
 
 namespace tandem::exl3::kcuda {
@@ -23,6 +24,14 @@ TANDEM_EXL3_CUDA_EXTERN(5)
 TANDEM_EXL3_CUDA_EXTERN(6)
 TANDEM_EXL3_CUDA_EXTERN(7)
 TANDEM_EXL3_CUDA_EXTERN(8)
+TANDEM_EXL3_PREFILL_EXTERN(1)
+TANDEM_EXL3_PREFILL_EXTERN(2)
+TANDEM_EXL3_PREFILL_EXTERN(3)
+TANDEM_EXL3_PREFILL_EXTERN(4)
+TANDEM_EXL3_PREFILL_EXTERN(5)
+TANDEM_EXL3_PREFILL_EXTERN(6)
+TANDEM_EXL3_PREFILL_EXTERN(7)
+TANDEM_EXL3_PREFILL_EXTERN(8)
 
 namespace {
 
