@@ -4,8 +4,9 @@
 // launch is queued on `stream` and returns; nothing synchronizes.
 // Paths: rows ≤ 16 run the decode GEMV (kernels_cuda.cuh), batch-invariant: row r's bits never
 // depend on the row count or the other rows. It is one launch (input rotation, GEMV, split sum and
-// output rotation fused) where the block's rotated input fits in shared memory, else two. Above 16 rows (prefill) Ŵ is decoded to fp16 in column
-// chunks and multiplied by a tiled GEMM; the gather always runs the one-row GEMV per output row.
+// output rotation fused) where the block's rotated input fits in shared memory, else two. Above 16
+// rows (prefill; gathers above 512 rows) the input is split into fp16 hi + lo and one tensor-core
+// GEMM decodes Ŵ in its main loop (prefill_cuda.cuh); smaller gathers run the one-row GEMV per row.
 #pragma once
 #include <cuda_runtime.h>
 
