@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
   using L = PfLayout<K>;
   constexpr int kW = 8 * K;  // words per tile
   __shared__ int rows_s[kBm];
+  __shared__ float sv_s[kPfBn], bi_s[kPfBn];  // the block's columns of svh and bias, for the epilogue
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   int e = 0, start, gn;
   if (a.list) {
@@ -110,6 +111,11 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
   stage(0);
   if (nhb > 1) stage(1);
   else cp_async_commit();
+  {  // while the first stages are in flight (the loop's first barrier publishes them)
+    const int64_t col = int64_t(j0) * 16 + tid;
+    sv_s[tid] = col < a.n ? a.svh[int64_t(e) * a.n + col] : 0.0f;
+    bi_s[tid] = a.bias && col < a.out_features ? a.bias[int64_t(e) * a.out_features + col] : 0.0f;
+  }
   for (int64_t b = 0; b < nhb; ++b) {
     cp_async_wait<kPfStages - 2>();
     __syncthreads();  // stage b is visible; every warp is done with stage b − 1, whose slot b + 2 takes
@@ -171,8 +177,9 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
     }
   }
   __syncthreads();
-  const float* sv = a.svh + int64_t(e) * a.n;
-  const float* bi = a.bias ? a.bias + int64_t(e) * a.out_features : nullptr;
+  // Indexed by output column, as finish_output reads them: shared memory, not an L2 round trip a row.
+  const float* sv = sv_s - int64_t(j0) * 16;
+  const float* bi = a.bias ? bi_s - int64_t(j0) * 16 : nullptr;
   const int halves = vs > 8 ? 2 : 1;
   for (int it = warp; it < gn * halves; it += 8) {
     const int rr = it / halves, hf = it % halves;
