@@ -11,6 +11,7 @@
 
 #include "tandem/cuda/util.cuh"
 #include "formats/exl3/kernels_cuda.cuh"
+#include "formats/exl3/prefill_cuda.cuh"
 #include "tandem/error.h"
 
 namespace tandem::exl3::kcuda {
@@ -23,6 +24,14 @@ TANDEM_EXL3_CUDA_EXTERN(5)
 TANDEM_EXL3_CUDA_EXTERN(6)
 TANDEM_EXL3_CUDA_EXTERN(7)
 TANDEM_EXL3_CUDA_EXTERN(8)
+TANDEM_EXL3_PREFILL_EXTERN(1)
+TANDEM_EXL3_PREFILL_EXTERN(2)
+TANDEM_EXL3_PREFILL_EXTERN(3)
+TANDEM_EXL3_PREFILL_EXTERN(4)
+TANDEM_EXL3_PREFILL_EXTERN(5)
+TANDEM_EXL3_PREFILL_EXTERN(6)
+TANDEM_EXL3_PREFILL_EXTERN(7)
+TANDEM_EXL3_PREFILL_EXTERN(8)
 
 namespace {
 
@@ -194,6 +203,59 @@ __global__ void __launch_bounds__(256) gemm_tc_kernel(const __half* xhi, const _
       }
 }
 
+// The gather's grouping for prefill_gemm_kernel (one block of 1024 threads): counts rows per expert,
+// lays the experts' rows out in expert order in list (within an expert in arrival order of the
+// atomics: a row's bits never depend on which rows share its tile), and writes one tile per 64 rows
+// of each expert ({e, first list index, rows}) and their count. A row whose id is out of range is in
+// no tile and is written NaN here (as rotate_out does). Dynamic shared memory: 2 · n_experts ints.
+__global__ void __launch_bounds__(1024) group_rows_kernel(const int32_t* ids, int rows, int n_experts,
+                                                         int64_t out_features, float* y, int* list, int4* tiles,
+                                                         int* ntiles) {
+  extern __shared__ int grp_smem[];
+  int* cnt = grp_smem;
+  int* cur = grp_smem + n_experts;
+  __shared__ int wsum[2][32];
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  for (int e = tid; e < n_experts; e += 1024) cnt[e] = 0;
+  __syncthreads();
+  for (int r = tid; r < rows; r += 1024) {
+    const int e = ids[r];
+    if (e >= 0 && e < n_experts) {
+      atomicAdd(&cnt[e], 1);
+    } else {
+      for (int64_t c = 0; c < out_features; ++c) y[int64_t(r) * out_features + c] = __int_as_float(0x7fffffff);
+    }
+  }
+  __syncthreads();
+  // Exclusive scans of rows and tiles over the experts: thread t owns experts [t·per, (t+1)·per).
+  const int per = (n_experts + 1023) / 1024, e0 = min(n_experts, tid * per), e1 = min(n_experts, e0 + per);
+  int sr = 0, st = 0;
+  for (int e = e0; e < e1; ++e) sr += cnt[e], st += (cnt[e] + kBm - 1) / kBm;
+  int ir = sr, it = st;  // inclusive within the warp
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const int a = __shfl_up_sync(0xffffffffu, ir, off), b = __shfl_up_sync(0xffffffffu, it, off);
+    if (lane >= off) ir += a, it += b;
+  }
+  if (lane == 31) wsum[0][warp] = ir, wsum[1][warp] = it;
+  __syncthreads();
+  int br = 0, bt = 0;
+  for (int w = 0; w < warp; ++w) br += wsum[0][w], bt += wsum[1][w];
+  int orow = br + ir - sr, otile = bt + it - st;
+  for (int e = e0; e < e1; ++e) {
+    const int c = cnt[e];
+    cur[e] = orow;
+    for (int t0 = 0; t0 < c; t0 += kBm) tiles[otile++] = make_int4(e, orow + t0, min(kBm, c - t0), 0);
+    orow += c;
+  }
+  if (tid == 1023) *ntiles = bt + it;
+  __syncthreads();
+  for (int r = tid; r < rows; r += 1024) {
+    const int e = ids[r];
+    if (e >= 0 && e < n_experts) list[atomicAdd(&cur[e], 1)] = r;
+  }
+}
+
 // f(std::integral_constant<int, K>{}) for the kernels' K (1..8).
 template <class F>
 void with_k(int K, F&& f) {
@@ -335,6 +397,24 @@ GemvMode gemv_mode() {
   return mode;
 }
 
+// Which prefill GEMMs run, from TANDEM_EXL3_PREFILL_OLD (unset or 0: the fused prefill_gemm_kernel;
+// 1: decode_kernel + gemm_tc_kernel + rotate_out and the old grouped gather, for side-by-side timing).
+// Both give every output the same bits.
+namespace {
+PrefillImpl& prefill_impl_ref() {
+  static PrefillImpl impl = [] {
+    const char* e = std::getenv("TANDEM_EXL3_PREFILL_OLD");
+    const std::string v = e ? e : "";
+    if (v.empty() || v == "0") return PrefillImpl::kFused;
+    if (v == "1") return PrefillImpl::kOld;
+    fail("TANDEM_EXL3_PREFILL_OLD: unknown value '", v, "' (0 or 1)");
+  }();
+  return impl;
+}
+}  // namespace
+PrefillImpl prefill_impl() { return prefill_impl_ref(); }
+void set_prefill_impl(PrefillImpl impl) { prefill_impl_ref() = impl; }
+
 int gemv_splits(int64_t k, int64_t n, bool gather) {
   const int tiles_k = int(k / 16), blocks_x = int((n / 16 + kGemvWarps - 1) / kGemvWarps);
   static const double sms = [] {
@@ -370,6 +450,7 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
     const size_t xh = p.fuse_in || gemv_mode() != GemvMode::kFp32 ? 0 : align256(size_t(pad * w.k) * 4);
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
+  if (prefill_impl() == PrefillImpl::kFused) return split_input_bytes(w, rows);
   const int64_t C = prefill_chunk(w);
   return split_input_bytes(w, rows) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
 }
@@ -409,6 +490,17 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
+  if (prefill_impl() == PrefillImpl::kFused) {
+    const SplitInput in = split_input(w, x, 1, nullptr, rows, ws, stream);
+    PrefillArgs p;
+    p.w = w.trellis, p.strips = int(w.n / 16);
+    p.xhi = in.hi, p.xlo = in.lo, p.xsc = in.sc, p.k = w.k, p.n = w.n, p.rows = rows;
+    p.svh = w.svh, p.bias = w.bias, p.out_features = w.out_features, p.y = y, p.epilogue = w.epilogue;
+    const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned((rows + kBm - 1) / kBm));
+    with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(p, w.cb, grid, stream); });
+    check_launch("exl3 prefill gemm");
+    return;
+  }
   const int64_t C = prefill_chunk(w);
   const SplitInput in = split_input(w, x, 1, nullptr, rows, ws, stream);
   float* z = reinterpret_cast<float*>(ws);
@@ -433,16 +525,32 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
 }
 
 namespace {
+// Gather rows per round: the old grouped GEMM's kGatherRowChunk; the fused one's kPfGatherRowChunk
+// (a 2048-token prefill chunk of Bolt's 9 experts a token is one round, so an expert's rows share
+// one decode of its weights per 64 instead of per ~12).
+constexpr int64_t kPfGatherRowChunk = 24576;
 int64_t gather_chunk(int64_t rows, int per_x) {
-  return std::min<int64_t>(rows, std::max<int64_t>(per_x, kGatherRowChunk / per_x * per_x));
+  const int64_t c = rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused ? kPfGatherRowChunk
+                                                                                      : kGatherRowChunk;
+  return std::min<int64_t>(rows, std::max<int64_t>(per_x, c / per_x * per_x));
+}
+// Row tiles of a fused gather round of rc rows: at most one partial tile per expert with rows.
+int64_t gather_tiles_max(const DeviceWeights& w, int64_t rc) {
+  return (rc + kBm - 1) / kBm + std::min<int64_t>(w.n_experts, rc);
 }
 }  // namespace
 
-// The split input and z of one round of the grouped prefill gather.
-size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) { return split_input_bytes(w, rc) + size_t(rc * w.n) * 4; }
+// The split input and z (old) or the row list and tile table (fused) of one round of the grouped
+// prefill gather.
+size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) {
+  if (prefill_impl() == PrefillImpl::kFused)
+    return split_input_bytes(w, rc) + align256(size_t(rc) * 4) + align256(size_t(gather_tiles_max(w, rc)) * 16) + 256;
+  return split_input_bytes(w, rc) + size_t(rc * w.n) * 4;
+}
 
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
   const int64_t rc = gather_chunk(rows, per_x);
+  if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) return gather_gemm_bytes(w, rc);
   const GemvPlan p = plan_gemv(w, 1, true);
   const size_t gemv = (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
                       (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
@@ -450,6 +558,7 @@ size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
 }
 
 size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
+  if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) return 0;
   const GemvPlan p = plan_gemv(w, 1, true);
   return p.splits > 1 ? size_t(p.blocks_x) * size_t(gather_chunk(rows, per_x)) : 0;
 }
@@ -465,6 +574,33 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     const int32_t* ids_c = ids + r0;
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
+    if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) {
+      const SplitInput in = split_input(w, x_c, per_x, ids_c, rc, ws, stream);
+      int* list = reinterpret_cast<int*>(ws);
+      ws += align256(size_t(rc) * 4);
+      const int64_t tmax = gather_tiles_max(w, rc);
+      int4* tiles = reinterpret_cast<int4*>(ws);
+      ws += align256(size_t(tmax) * 16);
+      int* ntiles = reinterpret_cast<int*>(ws);
+      const size_t gsmem = size_t(2) * size_t(w.n_experts) * 4;
+      if (gsmem > (48u << 10)) {
+        static const bool ok = cudaFuncSetAttribute(group_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    227 << 10) == cudaSuccess;
+        if (!ok || gsmem > (227u << 10)) fail("exl3 (cuda): a gather of ", w.n_experts, " experts is too many to group");
+      }
+      group_rows_kernel<<<1, 1024, gsmem, stream>>>(ids_c, int(rc), w.n_experts, w.out_features, y_c, list, tiles,
+                                                    ntiles);
+      check_launch("exl3 group rows");
+      PrefillArgs pa;
+      pa.w = w.trellis, pa.expert_words = (w.k / 16) * (w.n / 16) * 8 * w.K, pa.strips = int(w.n / 16);
+      pa.xhi = in.hi, pa.xlo = in.lo, pa.xsc = in.sc, pa.k = w.k, pa.n = w.n;
+      pa.list = list, pa.tiles = tiles, pa.ntiles = ntiles;
+      pa.svh = w.svh, pa.bias = w.bias, pa.out_features = w.out_features, pa.y = y_c, pa.epilogue = w.epilogue;
+      const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned(tmax));
+      with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(pa, w.cb, grid, stream); });
+      check_launch("exl3 prefill gather gemm");
+      continue;
+    }
     if (rows > kGatherGemvMaxRows) {
       const SplitInput in = split_input(w, x_c, per_x, ids_c, rc, ws, stream);
       float* z = reinterpret_cast<float*>(ws);

@@ -4,8 +4,9 @@
 // launch is queued on `stream` and returns; nothing synchronizes.
 // Paths: rows ≤ 16 run the decode GEMV (kernels_cuda.cuh), batch-invariant: row r's bits never
 // depend on the row count or the other rows. It is one launch (input rotation, GEMV, split sum and
-// output rotation fused) where the block's rotated input fits in shared memory, else two. Above 16 rows (prefill) Ŵ is decoded to fp16 in column
-// chunks and multiplied by a tiled GEMM; the gather always runs the one-row GEMV per output row.
+// output rotation fused) where the block's rotated input fits in shared memory, else two. Above 16
+// rows (prefill; gathers above 512 rows) the input is split into fp16 hi + lo and one tensor-core
+// GEMM decodes Ŵ in its main loop (prefill_cuda.cuh); smaller gathers run the one-row GEMV per row.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -30,6 +31,15 @@ struct DeviceWeights {
 // The GEMV of matmuls of ≤ 16 rows, from TANDEM_EXL3_GEMV (matmul_cuda.cu; an unknown value fails).
 enum class GemvMode { kInt8, kFp16, kFp32 };
 GemvMode gemv_mode();
+
+// The prefill GEMMs (more than 16 rows; gathers of more than 512): the fused decode-and-multiply
+// kernel (kFused, the default) or the old decode + GEMM + output rotation (kOld), from
+// TANDEM_EXL3_PREFILL_OLD (0 or unset / 1; another value fails naming it). Both give the same bits.
+// set_prefill_impl overrides it for the process (tests and benchmarks; not while a call is queued
+// between its workspace query and its launch).
+enum class PrefillImpl { kFused, kOld };
+PrefillImpl prefill_impl();
+void set_prefill_impl(PrefillImpl impl);
 
 // Partial sums per weight shape (never per row count): the GEMV's split of the k tiles.
 int gemv_splits(int64_t k, int64_t n, bool gather);

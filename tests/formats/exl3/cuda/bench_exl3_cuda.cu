@@ -5,7 +5,9 @@
 // bandwidth, and the sum per token (40 Mamba + 40 MoE layers + head) to set against exllamav3's
 // ~6.7 ms per token on an H200. A benchmark, not a test: run it on the GPU machine. Weights rotate
 // over copies that exceed the L2; each time is the median of 7 runs of a CUDA graph of the calls
-// (plain stream launches beside it).
+// (plain stream launches beside it). `--prefill` instead times the prefill GEMMs (dense matmuls and
+// routed gathers at 2048 and 8192 rows) under both implementations (TANDEM_EXL3_PREFILL_OLD), µs and
+// TFLOP/s.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 
 #include "exl3_test_util.h"
 #include "formats/exl3/exl3_format_cuda.h"
+#include "formats/exl3/matmul_cuda.cuh"
 #include "plugins/backend-cuda/cuda_backend.h"
 #include "tandem/cuda/util.h"
 #include "cuda_timing.cuh"
@@ -108,6 +111,96 @@ Result bench_gather(cuda::CudaBackend& be, int experts, int used, int64_t out, i
 
 double g_copy_gbs = 0;
 
+// ---- prefill (--prefill): the fused prefill kernel against TANDEM_EXL3_PREFILL_OLD=1's, same process ----
+
+// µs per call of fn under each prefill implementation (stream launches, median of 7 runs of `calls`).
+template <class F>
+void prefill_row(const char* what, double flops, F fn, int calls) {
+  double us[2];
+  for (int i = 0; i < 2; ++i) {
+    exl3::kcuda::set_prefill_impl(i == 0 ? exl3::kcuda::PrefillImpl::kOld : exl3::kcuda::PrefillImpl::kFused);
+    us[i] = time_stream(fn, calls) * 1e3;
+  }
+  // TFLOP/s: the model's 2·rows·out·in, and the tensor cores' work (×2: the input's hi + lo halves).
+  std::printf("%-52s old %9.1f us %6.1f TF/s | fused %9.1f us %6.1f TF/s (mma %6.1f) | %5.2fx\n", what, us[0],
+              flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, 2 * flops / us[1] * 1e-6, us[0] / us[1]);
+}
+
+void check_written(const char* what, cuda::CudaBackend& be, const Dev& y, size_t count) {
+  std::vector<float> host(count);
+  be.download(host.data(), y.p(), count * 4);
+  for (float v : host)
+    if (std::isnan(v)) {
+      std::fprintf(stderr, "%s: unwritten output\n", what);
+      std::exit(3);
+    }
+}
+
+void bench_prefill_matmul(cuda::CudaBackend& be, const char* name, int64_t out, int64_t in, int K, int64_t rows) {
+  GroupBuilder b;
+  RandomLinear(in, out, K, 2, 4321, 1.0 / std::sqrt(double(in))).store(b, "w");
+  auto w = exl3::load_exl3_cuda(b.group("w"), be);
+  Dev x = upload(be, test::random_vec(size_t(rows * in), 5, -1.f, 1.f));
+  Dev y = upload(be, std::vector<float>(size_t(rows * out), NAN));
+  auto call = [&](int) { w->matmul(Tensor::f32(x.p(), rows, in), Tensor::f32(y.p(), rows, out)); };
+  const std::string what = std::string(name) + " [" + std::to_string(out) + ", " + std::to_string(in) + "] K=" +
+                           std::to_string(K) + " rows " + std::to_string(rows);
+  prefill_row(what.c_str(), 2.0 * double(rows) * double(out) * double(in), call, rows > 4096 ? 3 : 8);
+  check_written(what.c_str(), be, y, size_t(rows * out));
+}
+
+// A routed projection of a prefill chunk: `tokens` × 9 ids drawn from `experts` (a hash: ragged
+// groups, ~tokens·9/experts rows an expert).
+void bench_prefill_gather(cuda::CudaBackend& be, const char* name, int experts, int64_t out, int64_t in, int K,
+                          int64_t tokens) {
+  const int used = 9;
+  GroupBuilder b;
+  std::vector<TensorGroup> groups;
+  for (int e = 0; e < experts; ++e)
+    RandomLinear(in, out, K, 2, uint64_t(99 + e), 1.0 / std::sqrt(double(in))).store(b, "e" + std::to_string(e));
+  for (int e = 0; e < experts; ++e) groups.push_back(b.group("e" + std::to_string(e)));
+  auto set = exl3::load_exl3_experts_cuda(groups, be);
+  std::vector<int32_t> ids;
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  for (int64_t t = 0; t < tokens * used; ++t) {
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 29, h += 0x9E3779B97F4A7C15ull;
+    ids.push_back(int32_t(h % uint64_t(experts)));
+  }
+  auto dids = be.alloc(ids.size() * 4);
+  be.upload(dids->data(), ids.data(), ids.size() * 4);
+  Dev x = upload(be, test::random_vec(size_t(tokens * in), 5, -1.f, 1.f));
+  Dev y = upload(be, std::vector<float>(size_t(tokens * used * out), NAN));
+  auto call = [&](int) {
+    set->gather_matmul(Tensor::f32(x.p(), tokens, in), static_cast<int32_t*>(dids->data()), used,
+                       Tensor::f32(y.p(), tokens * used, out));
+  };
+  const std::string what = std::string(name) + " " + std::to_string(experts) + "x[" + std::to_string(out) + ", " +
+                           std::to_string(in) + "] K=" + std::to_string(K) + " " + std::to_string(tokens) + "x9";
+  prefill_row(what.c_str(), 2.0 * double(tokens * used) * double(out) * double(in), call, tokens > 4096 ? 2 : 4);
+  check_written(what.c_str(), be, y, size_t(tokens * used * out));
+}
+
+int prefill_main(cuda::CudaBackend& be) {
+  const exl3::kcuda::PrefillImpl saved = exl3::kcuda::prefill_impl();
+  for (int64_t rows : {2048, 8192}) {
+    std::printf("-- prefill, %lld rows: dense (Bolt-shape EXL3 2.0: K=4) --\n", (long long)rows);
+    bench_prefill_matmul(be, "in_proj", 18560, 4096, 4, rows);
+    bench_prefill_matmul(be, "out_proj", 4096, 8192, 4, rows);
+    bench_prefill_matmul(be, "shared up", 5376, 4096, 4, rows);
+    bench_prefill_matmul(be, "shared down", 4096, 5376, 4, rows);
+    bench_prefill_matmul(be, "latent fc1", 1024, 4096, 4, rows);
+    bench_prefill_matmul(be, "latent fc2", 4096, 1024, 4, rows);
+    bench_prefill_matmul(be, "[8192, 4096]", 8192, 4096, 4, rows);
+    std::printf("-- prefill, %lld tokens x 9: routed gathers (K=2) --\n", (long long)rows);
+    bench_prefill_gather(be, "routed up", 346, 2304, 1024, 2, rows);
+    bench_prefill_gather(be, "routed down", 346, 1024, 2304, 2, rows);
+    bench_prefill_gather(be, "routed up", 432, 2560, 1024, 2, rows);
+    bench_prefill_gather(be, "routed down", 256, 1024, 1792, 2, rows);
+  }
+  exl3::kcuda::set_prefill_impl(saved);
+  return 0;
+}
+
 double row(const char* what, const Result& r) {
   const double gbs = r.gbytes / (r.ms * 1e-3);
   std::printf("%-46s %8.2f MB  graph %8.2f us  stream %8.2f us  %6.0f GB/s  %5.1f%% of copy\n", what, r.gbytes * 1e3,
@@ -128,6 +221,7 @@ int main(int argc, char** argv) {
   ck(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
   cuda::CudaBackend be;
+  if (argc > 1 && std::strcmp(argv[1], "--prefill") == 0) return prefill_main(be);
   g_copy_gbs = be.measure_copy_bandwidth() / 1e9;
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", g_copy_gbs);
   std::printf("-- Bolt-shape EXL3 2.0, 1 activation row (PyTorch [out, in]) --\n");

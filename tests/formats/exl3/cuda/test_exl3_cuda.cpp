@@ -358,6 +358,102 @@ TEST_P(Exl3Cuda, PrefillSizedGatherRunsTheGroupedGemm) {
               worst, kTol);
 }
 
+// The fused prefill kernel (the default) against the old decode + GEMM + rotate_out
+// (TANDEM_EXL3_PREFILL_OLD=1): bit for bit, and both against the CPU, with poisoned outputs, for row
+// counts off the 64-row tile (17, 65, 200), 256-column blocks that are half full (n 128 and 384) and
+// full (n 512), with and without a bias.
+TEST_P(Exl3Cuda, FusedPrefillEqualsTheOldKernelsBitForBit) {
+  const int K = GetParam();
+  const kcuda::PrefillImpl saved = kcuda::prefill_impl();
+  struct Shape {
+    int64_t out, in, n, k;
+    bool bias;
+  };
+  double worst = 0;
+  for (const Shape& c : {Shape{128, 128, 128, 128, false}, Shape{300, 200, 384, 256, true},
+                         Shape{512, 1024, 512, 1024, false}}) {
+    const int cb = int((K + c.n / 128) % 3);
+    GroupBuilder b;
+    RandomLinear lin(c.k, c.n, K, cb, uint64_t(7000 * K + c.n), 1.0 / std::sqrt(double(c.k)));
+    if (c.bias) lin.add_bias(c.out, 11);
+    lin.store(b, "w");
+    const TensorGroup g = b.group("w", {c.out, c.in});
+    auto gpu = load_exl3_cuda(g, *be);
+    for (int64_t n : {17, 65, 200}) {
+      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(cb) + " [" + std::to_string(c.out) +
+                               ", " + std::to_string(c.in) + "] rows " + std::to_string(n);
+      auto x = random_vec(size_t(n * c.in), uint64_t(n * 13 + K), -1.f, 1.f);
+      Dev dx = upload(*be, x);
+      Dev fused = poisoned(*be, size_t(n * c.out)), old = poisoned(*be, size_t(n * c.out));
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kFused);
+      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(fused.p(), n, c.out));
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kOld);
+      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(old.p(), n, c.out));
+      kcuda::set_prefill_impl(saved);
+      const auto f = download(*be, fused), o = download(*be, old);
+      EXPECT_TRUE(same_bits(f.data(), o.data(), f.size())) << what;
+      const double e = rel_err(f.data(), reference(parse_group(g), x, n), f.size());
+      EXPECT_LE(e, kTol) << what;
+      worst = std::max(worst, e);
+    }
+  }
+  std::printf("[measure] K %d fused prefill vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K, worst, kTol);
+}
+
+// The fused grouped gather against the old one (bit for bit) and the per-expert CPU references:
+// experts with no rows, with more than 64 and more than 128 rows (several tiles), one expert taking
+// every row, an out-of-range id's row NaN, n a full (512) and a half (384) 256-column block.
+TEST_P(Exl3Cuda, FusedPrefillGatherEqualsTheOldKernelsBitForBit) {
+  const int K = GetParam();
+  const kcuda::PrefillImpl saved = kcuda::prefill_impl();
+  const int E = 5;
+  double worst = 0;
+  for (const Case& c : {Case{384, 256, 384, 256, true}, Case{500, 128, 512, 128, false}}) {
+    const int cb = int((K + c.n / 128) % 3);
+    GroupBuilder b;
+    std::vector<TensorGroup> groups;
+    for (int e = 0; e < E; ++e) {
+      RandomLinear lin(c.k, c.n, K, cb, uint64_t(8000 * K + 10 * e + c.n), 1.0 / std::sqrt(double(c.k)));
+      if (c.bias) lin.add_bias(c.out, uint64_t(e + 5));
+      lin.store(b, "experts." + std::to_string(e));
+    }
+    for (int e = 0; e < E; ++e) groups.push_back(b.group("experts." + std::to_string(e), {c.out, c.in}));
+    auto set = load_exl3_experts_cuda(groups, *be);
+    for (int variant = 0; variant < 2; ++variant) {
+      const int per_x = variant == 0 ? 4 : 1;
+      const int64_t rows = 520, nx = rows / per_x;
+      std::vector<int32_t> ids;
+      // variant 0: expert 0 gets 260 rows (> 128), expert 1 130 (> 64), experts 3 and 4 65 each, expert 2
+      // none, and one id is out of range; variant 1: expert 3 takes every row.
+      for (int64_t r = 0; r < rows; ++r)
+        ids.push_back(variant == 1 ? 3 : r % 2 == 0 ? 0 : r % 4 == 1 ? 1 : int32_t(3 + (r / 4) % 2));
+      if (variant == 0) ids[11] = -1;
+      const std::string what = "K " + std::to_string(K) + " n " + std::to_string(c.n) + " variant " + std::to_string(variant);
+      auto x = random_vec(size_t(nx * c.in), uint64_t(K + 17 * variant), -1.f, 1.f);
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kFused);
+      const std::vector<float> got = gather(*set, x, nx, c, ids, per_x);
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kOld);
+      const std::vector<float> old = gather(*set, x, nx, c, ids, per_x);
+      kcuda::set_prefill_impl(saved);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int e = ids[size_t(r)];
+        const float* gr = got.data() + r * c.out;
+        if (e < 0 || e >= E) {
+          for (int64_t j = 0; j < c.out; ++j) EXPECT_TRUE(std::isnan(gr[j])) << what << " row " << r;
+          continue;
+        }
+        EXPECT_TRUE(same_bits(gr, old.data() + r * c.out, size_t(c.out))) << what << " row " << r;
+        const std::vector<float> xr(x.begin() + (r / per_x) * c.in, x.begin() + (r / per_x + 1) * c.in);
+        const double err = rel_err(gr, reference(parse_group(groups[size_t(e)]), xr, 1), size_t(c.out));
+        EXPECT_LE(err, kTol) << what << " row " << r << " expert " << e;
+        worst = std::max(worst, err);
+      }
+    }
+  }
+  std::printf("[measure] K %d fused prefill gather vs per-expert cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n",
+              K, worst, kTol);
+}
+
 INSTANTIATE_TEST_SUITE_P(Bits, Exl3Cuda, ::testing::Range(1, 9),
                          [](const auto& info) { return "K" + std::to_string(info.param); });
 
