@@ -125,9 +125,8 @@ bool tc_enabled() {
 // The llama activation mode (TANDEM_GGUF_ACTIVATIONS=llama, read when a tensor loads): IQ2_XXS
 // matmuls and gathers round each activation row to Q8_K on the device and multiply on __dp4a
 // (llama_act_cuda.h), for every n (prefill too: the mode's results, not the fp32 GEMM's), with the
-// CPU llama mode's bits. The types without such kernels keep their fp32 path: a line on stderr names
-// each such type once per process, and F32/F16/BF16 (whose llama.cpp rounding tandem's CPU does
-// apply) are named too.
+// CPU llama mode's bits. The other types keep their fp32 path: a line on stderr names each such type
+// once per process (F16 and BF16 too, whose rounding the CPU mode applies; not F32, which has none).
 enum class ActPath { F32, LlamaIq2Xxs };
 ActPath act_path_of(const QuantType& t) {
   if (!llama_activations_requested()) return ActPath::F32;

@@ -127,18 +127,29 @@ __global__ void __launch_bounds__(kWarps * 32) iq2xxs_q8k_kernel(CudaMatmulArgs 
       y = p.y + item * NR * p.m;
     }
     const uint8_t* wr = w + o * p.row_bytes;
+    // The lane's five u16 of block b (d and its sub-block's two words; blocks are 66 bytes, so only
+    // 2-byte aligned), fetched one pass ahead.
+    uint32_t nw[5] = {0, 0, 0, 0, 0};
+    auto fetch = [&](int b) {
+      if (b < nb) {
+        const uint8_t* blk = wr + int64_t(b) * 66;
+        const uint8_t* u = blk + 2 + 8 * ib;
+        nw[0] = ld_u16(blk), nw[1] = ld_u16(u), nw[2] = ld_u16(u + 2), nw[3] = ld_u16(u + 4), nw[4] = ld_u16(u + 6);
+      }
+    };
+    fetch(g);
     float acc = 0.0f;  // lane r: row r's running sum, in block order
     for (int pass = 0; pass < passes; ++pass) {
       const int b = 4 * pass + g;
       const bool live = b < nb;
+      const uint32_t cw[5] = {nw[0], nw[1], nw[2], nw[3], nw[4]};
+      fetch(b + 4);
       uint32_t q[8];
       int32_t ls = 0;
       float dw = 0.0f;
       if (live) {
-        const uint8_t* blk = wr + int64_t(b) * 66;
-        dw = __half2float(__ushort_as_half((unsigned short)ld_u16(blk)));
-        const uint8_t* u = blk + 2 + 8 * ib;
-        const uint32_t a0 = ld_u16(u) | ld_u16(u + 2) << 16, a1 = ld_u16(u + 4) | ld_u16(u + 6) << 16;
+        dw = __half2float(__ushort_as_half((unsigned short)cw[0]));
+        const uint32_t a0 = cw[1] | cw[2] << 16, a1 = cw[3] | cw[4] << 16;
         ls = int32_t(2 * (a1 >> 28) + 1);
 #pragma unroll
         for (int l = 0; l < 4; ++l) {

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 
+#ifdef __CUDACC__
 #include "quant_cuda.cuh"
+#endif
 
 namespace tandem::gguf {
 
@@ -24,11 +26,13 @@ inline int64_t cuda_q8k_bsums_offset(int64_t k) { return k + k / 256 * 4; }
 // x: n rows of k fp32 (device), out: n rows of cuda_q8k_row_bytes(k) (device).
 void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out, cudaStream_t s);
 
+#ifdef __CUDACC__  // CudaMatmulArgs lives with device code (host-only tests use the rounding above)
 // The IQ2_XXS × Q8_K product with a's geometry, grid (iq2xxs_grid on the device), scale, epilogue and,
 // for the gather, ids / per_x / n_experts / expert_bytes / expert_scale, as for CudaQuantOps; a.x is
 // ignored: the activations are xq, rows of cuda_q8k_row_bytes(a.k) made by launch_quantize_q8k. Any
 // a.n (the matmul runs slabs of up to 16 rows, reading each weight row once per slab). An expert id
 // out of range leaves its row NaN (as the fp32 gather does).
 void launch_iq2_xxs_q8k(const CudaMatmulArgs& a, const void* xq, cudaStream_t s);
+#endif
 
 }  // namespace tandem::gguf
