@@ -12,6 +12,8 @@
 // the slab or the number of rows.
 #include "llama_act_cuda.h"
 
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 #include "tandem/cuda/util.cuh"
