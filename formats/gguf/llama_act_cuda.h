@@ -19,9 +19,14 @@ namespace tandem::gguf {
 // The device layout of one Q8_K activation row of k elements (k % 256 == 0), nb = k / 256 blocks:
 // int8 q[k], then float d[nb], then int16 bsums[k / 16], the row padded to 16 bytes. The values are
 // those of ActQ8_K (kernels_cpu.h) block by block; only the arrangement differs (q 16-byte aligned).
-inline int64_t cuda_q8k_row_bytes(int64_t k) { return (k + k / 256 * 4 + k / 16 * 2 + 15) / 16 * 16; }
-inline int64_t cuda_q8k_d_offset(int64_t k) { return k; }
-inline int64_t cuda_q8k_bsums_offset(int64_t k) { return k + k / 256 * 4; }
+#ifdef __CUDACC__
+#define TANDEM_Q8K_HD __host__ __device__
+#else
+#define TANDEM_Q8K_HD
+#endif
+TANDEM_Q8K_HD inline int64_t cuda_q8k_row_bytes(int64_t k) { return (k + k / 256 * 4 + k / 16 * 2 + 15) / 16 * 16; }
+TANDEM_Q8K_HD inline int64_t cuda_q8k_d_offset(int64_t k) { return k; }
+TANDEM_Q8K_HD inline int64_t cuda_q8k_bsums_offset(int64_t k) { return k + k / 256 * 4; }
 
 // x: n rows of k fp32 (device), out: n rows of cuda_q8k_row_bytes(k) (device).
 void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out, cudaStream_t s);
