@@ -223,6 +223,10 @@ void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out, cudaSt
   check_launch("gguf quantize q8k");
 }
 
+void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out) {
+  launch_quantize_q8k(x, n, k, out, cuda::stream());
+}
+
 void launch_iq2_xxs_q8k(const CudaMatmulArgs& a, const void* xq, cudaStream_t s) {
   if (a.n == 0 || a.m == 0) return;
   check(a.k % 256 == 0 && a.row_bytes == a.k / 256 * 66 && a.grid, "gguf (cuda): bad IQ2_XXS row geometry");

@@ -30,6 +30,8 @@ TANDEM_Q8K_HD inline int64_t cuda_q8k_bsums_offset(int64_t k) { return k + k / 2
 
 // x: n rows of k fp32 (device), out: n rows of cuda_q8k_row_bytes(k) (device).
 void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out, cudaStream_t s);
+// The same on the current lane's stream (cuda::stream(); for host-only callers such as tests).
+void launch_quantize_q8k(const float* x, int64_t n, int64_t k, void* out);
 
 #ifdef __CUDACC__  // CudaMatmulArgs lives with device code (host-only tests use the rounding above)
 // The IQ2_XXS × Q8_K product with a's geometry, grid (iq2xxs_grid on the device), scale, epilogue and,

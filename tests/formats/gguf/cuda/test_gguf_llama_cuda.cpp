@@ -78,14 +78,14 @@ TEST_F(GgufLlamaCuda, Q8kRoundingEqualsTheCpuBitForBit) {
   // Row 6: values that round to ±0.5 steps exactly (ties everywhere, both signs).
   for (int64_t j = 0; j < k; ++j) x[size_t(6 * k + j)] = j % 256 == 3 ? 127.0f : 0.5f * float(int(j % 61) - 30);
 
-  std::vector<ActQ8_K> want(size_t(n * k / 256));
+  std::vector<ActQ8_K> want(static_cast<size_t>(n * k / 256));
   for (int64_t r = 0; r < n; ++r)
     quantize_activations(ActFormat::Q8_K, x.data() + r * k, want.data() + r * (k / 256), k);
 
   Dev dx = upload(*be, x);
   const int64_t rb = cuda_q8k_row_bytes(k);
   auto dq = be->alloc(size_t(n * rb));
-  launch_quantize_q8k(dx.p(), n, k, dq->data(), cuda::stream());
+  launch_quantize_q8k(dx.p(), n, k, dq->data());
   std::vector<uint8_t> got(size_t(n * rb));
   be->download(got.data(), dq->data(), got.size());
   int bad = 0;
@@ -124,10 +124,10 @@ TEST_F(GgufLlamaCuda, Iq2XxsMatmulHasTheCpuLlamaBitsForEveryN) {
     }
     const int64_t N = 40;
     auto x = random_vec(size_t(N * k), seed++, -2.f, 2.f);
-    std::vector<float> want(size_t(N * m));
+    std::vector<float> want(static_cast<size_t>(N * m));
     host.matmul(Tensor::f32(x.data(), N, k), Tensor::f32(want.data(), N, m));
     Dev dx = upload(*be, x);
-    std::vector<float> single(size_t(N * m));
+    std::vector<float> single(static_cast<size_t>(N * m));
     for (int64_t i = 0; i < N; ++i) {
       Dev dy = poisoned(*be, size_t(m));
       gpu->matmul(Tensor::f32(dx.p() + i * k, 1, k), Tensor::f32(dy.p(), 1, m));
@@ -197,7 +197,7 @@ TEST_F(GgufLlamaCuda, Iq2XxsGatherHasTheCpuLlamaBitsOfEachExpert) {
           for (int64_t r = 0; r < rows; ++r) {
             const int e = ids[size_t(r)];
             const GgufTensor h(raws[size_t(e)], qt, scs[size_t(e)], true);
-            std::vector<float> want(size_t(m));
+            std::vector<float> want(static_cast<size_t>(m));
             h.matmul(Tensor::f32(x.data() + (r / per_x) * k, 1, k), Tensor::f32(want.data(), 1, m));
             EXPECT_TRUE(same_bits(got.data() + r * m, want.data(), size_t(m)))
                 << "stacked " << stacked << " nx " << nx << " per_x " << per_x << " row " << r << " expert " << e
@@ -215,7 +215,7 @@ TEST_F(GgufLlamaCuda, Iq2XxsGatherHasTheCpuLlamaBitsOfEachExpert) {
     set->gather_matmul(Tensor::f32(dx.p(), 3, k), static_cast<int32_t*>(dbad->data()), 1, Tensor::f32(dy.p(), 3, m));
     auto got = download(*be, dy);
     const GgufTensor h(raws[1], qt, scs[1], true);
-    std::vector<float> want(size_t(m));
+    std::vector<float> want(static_cast<size_t>(m));
     h.matmul(Tensor::f32(x.data() + k, 1, k), Tensor::f32(want.data(), 1, m));
     for (int64_t o = 0; o < m; ++o) {
       EXPECT_TRUE(std::isnan(got[size_t(o)]) && std::isnan(got[size_t(2 * m + o)])) << o;
@@ -236,7 +236,7 @@ TEST_F(GgufLlamaCuda, Iq2XxsFusedEpiloguesEqualTheSeparateOps) {
     gpu = load_gguf_cuda(st.raw(), qt, nullptr, *be);
   }
   auto x = random_vec(size_t(n * k), 6101, -2.f, 2.f), base = random_vec(size_t(n * m), 6102);
-  std::vector<float> want(size_t(n * m));
+  std::vector<float> want(static_cast<size_t>(n * m));
   host.matmul(Tensor::f32(x.data(), n, k), Tensor::f32(want.data(), n, m));
   Dev dx = upload(*be, x);
   Dev dr = poisoned(*be, size_t(n * m)), da = upload(*be, base);
