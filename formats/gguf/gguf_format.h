@@ -15,7 +15,9 @@ namespace tandem::gguf {
 // TANDEM_GGUF_ACTIVATIONS=llama in the environment when a tensor loads, its CPU matmul instead rounds
 // each activation row as llama.cpp's CPU path does (QuantType::act: Q8_0, Q8_K, F16 or BF16 by weight
 // type) and multiplies with QuantType::dot_act, to compare logits with llama.cpp's (the oracle;
-// docs/gguf-oracle.md has how closely they agree). Slower; CPU kernels only (the CUDA module ignores it).
+// docs/gguf-oracle.md has how closely they agree). Slower on the CPU. On CUDA (gguf_format_cuda.cu)
+// only IQ2_XXS has llama-mode kernels (llama_act_cuda.h, the CPU's bits); other types keep their fp32
+// path there, and the load says so once per type on stderr.
 // "f32" or unset is the default; any other value is a load error.
 class GgufFormat final : public WeightFormat {
  public:

@@ -6,6 +6,7 @@
 #include "gguf_format_cuda.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "tandem/cuda/stream_scratch.cuh"
 #include "gemv_tc_cuda.cuh"
 #include "gguf_format.h"
+#include "llama_act_cuda.h"
 #include "quant_cuda.cuh"
 #include "tandem/error.h"
 
@@ -120,6 +122,50 @@ bool tc_enabled() {
   return !(e && std::string(e) == "0");
 }
 
+// The llama activation mode (TANDEM_GGUF_ACTIVATIONS=llama, read when a tensor loads): IQ2_XXS
+// matmuls and gathers round each activation row to Q8_K on the device and multiply on __dp4a
+// (llama_act_cuda.h), for every n (prefill too: the mode's results, not the fp32 GEMM's), with the
+// CPU llama mode's bits. The other types keep their fp32 path: a line on stderr names each such type
+// once per process (F16 and BF16 too, whose rounding the CPU mode applies; not F32, which has none).
+enum class ActPath { F32, LlamaIq2Xxs };
+ActPath act_path_of(const QuantType& t) {
+  if (!llama_activations_requested()) return ActPath::F32;
+  if (std::string(t.name) == "IQ2_XXS") return ActPath::LlamaIq2Xxs;
+  if (t.act != ActFormat::F32) {
+    static std::mutex mu;
+    static std::string told;
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string tag = std::string("|") + t.name + "|";
+    if (told.find(tag) == std::string::npos) {
+      told += tag;
+      std::fprintf(stderr,
+                   "gguf (cuda): TANDEM_GGUF_ACTIVATIONS=llama: %s has no CUDA llama-mode kernel (only IQ2_XXS "
+                   "has); its tensors keep fp32 activations on the GPU (the CPU runs the whole mode)\n",
+                   t.name);
+    }
+  }
+  return ActPath::F32;
+}
+
+// Device room for n Q8_K activation rows of k: the lane's arena (reserved at load for 16 rows, so a
+// captured decode pass allocates nothing), else stream-ordered scratch for this call.
+class Q8kRows {
+ public:
+  Q8kRows(int64_t n, int64_t k) {
+    const size_t bytes = size_t(n * cuda_q8k_row_bytes(k));
+    unsigned* ctr = nullptr;
+    if (cuda::LaneArena::get().lease(bytes, 0, cuda::stream(), &p_, &ctr)) return;
+    scratch_ = std::make_unique<cuda::StreamScratch>(bytes, 0, "gguf (cuda): allocate q8k activations");
+    p_ = scratch_->get();
+  }
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+  std::unique_ptr<cuda::StreamScratch> scratch_;
+};
+constexpr int64_t kLlamaReserveRows = 16;
+
 void check_f32_rows(const char* op, const std::string& name, const Tensor& t, int64_t rows, int64_t cols) {
   if (t.dtype != DType::F32 || t.rows != rows || t.cols != cols)
     fail(op, ": tensor '", name, "': ", dtype_name(t.dtype), " [", t.rows, ", ", t.cols, "], expected f32 [", rows,
@@ -145,6 +191,11 @@ class GgufCudaTensor final : public QuantizedTensor {
     nbytes_ = raw.nbytes;
     data_ = upload_parts(be, {{raw.data, raw.nbytes}});
     grid_ = upload_grid(be, type.name);
+    act_ = act_path_of(type);
+    if (act_ == ActPath::LlamaIq2Xxs) {
+      cuda::LaneArena::reserve_all(size_t(kLlamaReserveRows * cuda_q8k_row_bytes(row_len_)), 0, cuda::stream());
+      return;  // no repacked copy: every pass runs the llama-mode kernels
+    }
     const kcuda::TcType* tc = kcuda::tc_type_of(type.name);
     if (tc && shape_.size() == 2 && tc_enabled()) {
       tc_shape_ = kcuda::tc_shape(*tc, n_rows_, row_len_);
@@ -230,6 +281,11 @@ class GgufCudaTensor final : public QuantizedTensor {
     a.x = x.f32(), a.y = y.f32(), a.n = x.rows;
     a.scale = scale_;
     a.grid = grid_ ? grid_->data() : nullptr;
+    if (act_ == ActPath::LlamaIq2Xxs) {
+      const Q8kRows xq(a.n, k);
+      launch_quantize_q8k(a.x, a.n, k, xq.get(), cuda::stream());
+      return launch_iq2_xxs_q8k(a, xq.get(), cuda::stream());
+    }
     if (a.n >= kCudaGemmMinRows && kernels_.ops->gemm) return run_gemm(*kernels_.ops, a);
     if (tc_) return tc_matmul(a);
     kernels_.ops->matmul(a, cuda::stream());
@@ -267,6 +323,7 @@ class GgufCudaTensor final : public QuantizedTensor {
   std::string name_;
   const QuantType& type_;
   Kernels kernels_;
+  ActPath act_ = ActPath::F32;
   int64_t row_len_ = 0, n_rows_ = 0, row_bytes_ = 0;
   size_t nbytes_ = 0;
   float scale_ = 1.0f;
@@ -276,7 +333,8 @@ class GgufCudaTensor final : public QuantizedTensor {
   kcuda::TcPlan tc_plan_;
 };
 
-// Expert sets (MoE routed experts) keep the fp32 gather for every n: no repacked copy.
+// Expert sets (MoE routed experts) keep the fp32 gather for every n (the llama-mode gather in that
+// mode, for IQ2_XXS): no repacked copy.
 class GgufCudaExperts final : public ExpertSet {
  public:
   GgufCudaExperts(const std::vector<const RawTensor*>& experts, const std::vector<const RawTensor*>& scales,
@@ -314,6 +372,9 @@ class GgufCudaExperts final : public ExpertSet {
     }
     data_ = upload_parts(be, parts);
     grid_ = upload_grid(be, type->name);
+    act_ = act_path_of(*type);
+    if (act_ == ActPath::LlamaIq2Xxs)
+      cuda::LaneArena::reserve_all(size_t(kLlamaReserveRows * cuda_q8k_row_bytes(k_)), 0, cuda::stream());
     if (any_scale) {
       scales_ = be.alloc(scale_values.size() * sizeof(float));
       be.upload(scales_->data(), scale_values.data(), scale_values.size() * sizeof(float));
@@ -363,6 +424,11 @@ class GgufCudaExperts final : public ExpertSet {
     a.expert_bytes = int64_t(per_);
     a.expert_scale = es;
     a.epilogue = int(ep);
+    if (act_ == ActPath::LlamaIq2Xxs) {
+      const Q8kRows xq(x.rows, k_);
+      launch_quantize_q8k(a.x, x.rows, k_, xq.get(), cuda::stream());
+      return launch_iq2_xxs_q8k(a, xq.get(), cuda::stream());
+    }
     if (a.n >= kCudaGatherGemmMinItems && kernels_.ops->gemm && n_ <= kCudaGatherGemmMaxExperts)
       return run_gemm(*kernels_.ops, a);
     kernels_.ops->gather(a, cuda::stream());
@@ -371,6 +437,7 @@ class GgufCudaExperts final : public ExpertSet {
   std::string name_;
   const QuantType* type_ = nullptr;
   Kernels kernels_;
+  ActPath act_ = ActPath::F32;
   int n_ = 0;
   int64_t m_ = 0, k_ = 0;
   size_t per_ = 0;

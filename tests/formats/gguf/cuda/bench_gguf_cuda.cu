@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <random>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -415,9 +417,39 @@ void bench_tc_iq2(const Ceilings& c) {
   cudaFree(grid), cudaFree(tab);
 }
 
+// --llama: the llama activation mode (TANDEM_GGUF_ACTIVATIONS=llama at load: Q8_K activations and
+// the __dp4a kernels of llama_act_cuda.cu, the rounding kernel's time included) beside the default
+// fp32 path on the same weights, for the Bolt routed experts (346, top-9; up [2304, 1024], down
+// [1024, 2304]) and the shared expert's dense matrices.
+void bench_llama(cuda::CudaBackend& be, const Ceilings& c) {
+  std::printf("-- IQ2_XXS: fp32 activations (default) | llama mode (Q8_K + dp4a), CUDA-graph replays --\n");
+  auto both = [&](const std::string& what, const std::function<Result()>& f) {
+    unsetenv("TANDEM_GGUF_ACTIVATIONS");
+    const Result a = f();
+    setenv("TANDEM_GGUF_ACTIVATIONS", "llama", 1);
+    const Result b = f();
+    unsetenv("TANDEM_GGUF_ACTIVATIONS");
+    std::printf("%-44s fp32 %8.2f us %6.0f GB/s | llama %8.2f us %6.0f GB/s (%4.1f%% of copy)  %.2fx\n",
+                what.c_str(), a.graph_ms * 1e3, a.gbytes / (a.graph_ms * 1e-3), b.graph_ms * 1e3,
+                b.gbytes / (b.graph_ms * 1e-3), 100 * b.gbytes / (b.graph_ms * 1e-3) / c.copy_gbs,
+                a.graph_ms / b.graph_ms);
+  };
+  for (int64_t n : {1, 4, 8, 16}) {
+    both("dense [5376, 4096] n=" + std::to_string(n), [&] { return bench_matmul(be, "IQ2_XXS", 5376, 4096, n); });
+    both("dense [4096, 5376] n=" + std::to_string(n), [&] { return bench_matmul(be, "IQ2_XXS", 4096, 5376, n); });
+  }
+  for (int64_t t : {1, 4, 8, 16}) {
+    both("gather up [2304, 1024] " + std::to_string(t) + " x 9 of 346",
+         [&] { return bench_gather(be, "IQ2_XXS", 346, 9, 2304, 1024, t); });
+    both("gather down [1024, 2304] " + std::to_string(t) + " x 9 of 346",
+         [&] { return bench_gather(be, "IQ2_XXS", 346, 9, 1024, 2304, t); });
+  }
+}
+
 }  // namespace
 
 // Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
+// --llama (the llama activation mode's IQ2_XXS kernels beside the fp32 ones),
 // --tc (the tensor-core NVFP4 and Q8_0 GEMV beside the fp32 and mma GEMVs, then the IQ2_XXS prototype
 // and its grouped gather beside the fp32 ones).
 
@@ -439,6 +471,10 @@ int main(int argc, char** argv) {
   const Ceilings c = measure_ceilings();
   std::printf("ceilings: device-to-device copy %.0f GB/s (read + write), read-only kernel %.0f GB/s\n", c.copy_gbs,
               c.read_gbs);
+  if (argc > 1 && std::strcmp(argv[1], "--llama") == 0) {
+    bench_llama(be, c);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--tc") == 0) {
     bench_tc(c);
     bench_tc_iq2(c);
