@@ -926,10 +926,10 @@ void launch_gather_gemm_k(const GatherGemmArgs& a, int cb, cudaStream_t stream) 
   const dim3 grid(unsigned(a.n / kHad), unsigned(a.n_experts));
   const size_t smem = gather_gemm_smem(a.rows);
   auto go = [&](auto kernel) {
-    // Once per instance, for the largest row list (a launch has at most kGatherRowChunk rows).
-    static const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        int(gather_gemm_smem(kGatherRowChunk)));
-    (void)set;  // a refusal shows as the launch's error (check_launch)
+    // Every call (the codebook instances share this lambda's type, so a static would serve only the
+    // first), for the largest row list (a launch has at most kGatherRowChunk rows).
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(gather_gemm_smem(kGatherRowChunk)));
     if (smem > gather_gemm_smem(kGatherRowChunk))  // a round of more rows (per_x above the chunk)
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     kernel<<<grid, 256, smem, stream>>>(a);

@@ -194,9 +194,9 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
 template <int K>
 void launch_prefill_k(const PrefillArgs& a, int cb, dim3 grid, cudaStream_t stream) {
   auto go = [&](auto kernel) {
-    static const cudaError_t set =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PfLayout<K>::kBytes));
-    (void)set;  // a refusal shows as the launch's error (check_launch)
+    // Every call: the three codebook instances share this lambda's type (one function-pointer type),
+    // so a function-local static would set the limit for whichever instance ran first only.
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PfLayout<K>::kBytes));
     kernel<<<grid, 256, PfLayout<K>::kBytes, stream>>>(a);
   };
   if (cb == kCbMul1) go(prefill_gemm_kernel<K, kCbMul1>);

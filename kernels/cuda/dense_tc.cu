@@ -55,22 +55,30 @@ struct Op<WType::F16> {
   }
 };
 
-// x = hi + lo for the four x of one lane's step (k = 4t … 4t+3), as the B registers {b0, b1} of hi and
-// of lo. x − hi is exact in fp32.
+// x = hi + mid + lo for the four x of one lane's step (k = 4t … 4t+3), as the B registers {b0, b1} of
+// each term. Each remainder is exact in fp32, and three 8-bit (BF16) or 11-bit (F16) terms carry all
+// of an fp32 x's 24 bits (two BF16 terms left ~1e-5 of the logits on the conformance fixtures: the
+// fp32 reference's tolerance is 5e-6).
 template <WType T>
-__device__ __forceinline__ void split4(float4 v, uint32_t (&h)[2], uint32_t (&l)[2]) {
+__device__ __forceinline__ void split4(float4 v, uint32_t (&h)[2], uint32_t (&m)[2], uint32_t (&l)[2]) {
   h[0] = Op<T>::pack(v.x, v.y);
   h[1] = Op<T>::pack(v.z, v.w);
   const float2 a = Op<T>::unpack(h[0]), b = Op<T>::unpack(h[1]);
-  l[0] = Op<T>::pack(v.x - a.x, v.y - a.y);
-  l[1] = Op<T>::pack(v.z - b.x, v.w - b.y);
+  const float4 r = make_float4(v.x - a.x, v.y - a.y, v.z - b.x, v.w - b.y);
+  m[0] = Op<T>::pack(r.x, r.y);
+  m[1] = Op<T>::pack(r.z, r.w);
+  const float2 c = Op<T>::unpack(m[0]), d = Op<T>::unpack(m[1]);
+  l[0] = Op<T>::pack(r.x - c.x, r.y - c.y);
+  l[1] = Op<T>::pack(r.z - d.x, r.w - d.y);
 }
 
-// acc[i] += A · hi(x_i), then A · lo(x_i), for the x tiles i of one step: the step of the contract.
+// acc[i] += A · hi(x_i), then A · mid(x_i), then A · lo(x_i), for the x tiles i of one step: the step
+// of the contract.
 template <WType T>
 __device__ __forceinline__ void mma_hi_lo(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&h)[2],
-                                          const uint32_t (&l)[2]) {
+                                          const uint32_t (&m)[2], const uint32_t (&l)[2]) {
   Op<T>::mma(acc, a, h[0], h[1]);
+  Op<T>::mma(acc, a, m[0], m[1]);
   Op<T>::mma(acc, a, l[0], l[1]);
 }
 
@@ -165,9 +173,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::
           for (int nt = 0; nt < NT; ++nt) {
             float4 v = xok[nt] && e + 4 * t < k ? load_x4(xr[nt] + e, xvec) : make_float4(0.f, 0.f, 0.f, 0.f);
             if constexpr (Op<T>::kScaled) v = scaled(v, up[nt]);
-            uint32_t h[2], l[2];
-            split4<T>(v, h, l);
-            mma_hi_lo<T>(acc[nt], a, h, l);
+            uint32_t h[2], md[2], l[2];
+            split4<T>(v, h, md, l);
+            mma_hi_lo<T>(acc[nt], a, h, md, l);
           }
         }
         fetch(j + kws, s);  // the warp's next chunk streams in while this one computes
@@ -327,10 +335,10 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         const int row = (wn * NTW + j) * 8 + g, c = 4 * h + t;
         float4 v = *reinterpret_cast<const float4*>(b_s + row * 128 + ((c ^ ((row & 1) << 2)) << 4));
         if constexpr (Op<T>::kScaled) v = scaled(v, scale_of_exp(ex[int64_t(row) * chunks + chunk]).up);
-        uint32_t hh[2], ll[2];
-        split4<T>(v, hh, ll);
+        uint32_t hh[2], mm[2], ll[2];
+        split4<T>(v, hh, mm, ll);
 #pragma unroll
-        for (int i = 0; i < MTW; ++i) mma_hi_lo<T>(acc[i][j], a[i], hh, ll);
+        for (int i = 0; i < MTW; ++i) mma_hi_lo<T>(acc[i][j], a[i], hh, mm, ll);
       }
     }
     if ((st + 1) % (kChunk / kBk) == 0 || st == nst - 1) {  // the chunk's chain is done

@@ -32,7 +32,11 @@ bool mma_matmul(const std::string& type) {
 // types unless TANDEM_GGUF_TC=0; gathers stay on the fp32 kernel.
 bool tc_matmul(const std::string& type) {
   const char* e = std::getenv("TANDEM_GGUF_TC");
-  return !(e && std::string(e) == "0") && (type == "NVFP4" || type == "Q8_0");
+  if (!(e && std::string(e) == "0") && (type == "NVFP4" || type == "Q8_0")) return true;
+  // F16/BF16 matmuls run the tensor-core dense kernels (kernels/cuda/dense_tc.cu) unless
+  // TANDEM_CUDA_DENSE_SIMT=1; their gathers stay on the SIMT kernel.
+  const char* d = std::getenv("TANDEM_CUDA_DENSE_SIMT");
+  return !(d && std::string(d) == "1") && (type == "F16" || type == "BF16");
 }
 
 using tandem::test::random_vec;

@@ -4,7 +4,7 @@
 // `stream` and returns; a configuration error throws tandem::Error. None needs workspace.
 // Batch invariance: a row's output bits never depend on n or on the other rows. BF16/F16 weights
 // with k % 8 == 0 (16-byte-aligned data) go to the tensor-core kernels for every n (dense_tc.cuh: the
-// k order of every sum is a function of (m, k) alone, fp32 x split into hi + lo of the weight's type,
+// k order of every sum is a function of (m, k) alone, fp32 x split into hi + mid + lo of the weight's type,
 // within ~1e-5 of the fp32 dot product). The rest (F32, other k, TANDEM_CUDA_DENSE_SIMT=1) take the
 // SIMT kernels: for n ≤ kGemvMaxRows y[r, o] is one warp's dot product of x row r and weight row o
 // with a fixed lane split and reduction tree, the same for every n; gather_matmul uses that dot for
