@@ -20,6 +20,7 @@
 #include "golden_head.h"
 #include "lili_by_hand.h"
 #include "gpu_required.h"
+#include "on_target.h"
 #include "plugins/cpu/kernels.h"
 #include "synth.h"
 #include "tandem/drafting.h"
@@ -33,35 +34,11 @@ using namespace tandem;
 
 namespace {
 
-#ifndef TANDEM_LILICORR_DEVICE
-#define TANDEM_LILICORR_DEVICE "cpu"
-#endif
-
 constexpr int kTokens = 48;
 
-class LilicorrDrafting : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (std::string(TANDEM_LILICORR_DEVICE) == "cpu") return;
-    std::string cause;
-    try {
-      test::registry().backend(TANDEM_LILICORR_DEVICE);
-      return;
-    } catch (const std::exception& e) {
-      cause = std::string("no ") + TANDEM_LILICORR_DEVICE + " backend here: " + e.what();
-    }
-    TANDEM_GPU_UNAVAILABLE(cause);
-  }
-};
+class LilicorrDrafting : public test::OnLilicorrDevice {};
 
-std::unique_ptr<Model> load_target() {
-  LoadOptions o;
-  o.path = test::data_path("hf/latent");
-  o.device = TANDEM_LILICORR_DEVICE;
-  auto m = Model::load(o, test::registry());
-  set_thread_count(1);
-  return m;
-}
+std::unique_ptr<Model> load_target() { return test::load_lilicorr_target(); }
 
 std::vector<int32_t> prompt(size_t n) {
   auto ids = test::read_ids(test::data_path("hf/latent/prompt_200.txt"));

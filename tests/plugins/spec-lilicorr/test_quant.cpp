@@ -18,6 +18,7 @@
 #include "formats/safetensors/safetensors_checkpoint.h"
 #include "formats/safetensors/safetensors_file_writer.h"
 #include "gpu_required.h"
+#include "on_target.h"
 #include "lili_by_hand.h"
 #include "quant.h"
 #include "synth.h"
@@ -36,35 +37,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#ifndef TANDEM_LILICORR_DEVICE
-#define TANDEM_LILICORR_DEVICE "cpu"
-#endif
 
 // The tests with a target: on TANDEM_LILICORR_DEVICE (built again for "cuda" as
 // test_spec_lilicorr_quant_cuda: the NVFP4 linears on the CUDA NVFP4 module; skips without a GPU).
-class LilicorrQuantOnTarget : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (std::string(TANDEM_LILICORR_DEVICE) == "cpu") return;
-    std::string cause;
-    try {
-      test::registry().backend(TANDEM_LILICORR_DEVICE);
-      return;
-    } catch (const std::exception& e) {
-      cause = std::string("no ") + TANDEM_LILICORR_DEVICE + " backend here: " + e.what();
-    }
-    TANDEM_GPU_UNAVAILABLE(cause);
-  }
-};
+class LilicorrQuantOnTarget : public test::OnLilicorrDevice {};
 
-std::unique_ptr<Model> load_target() {
-  LoadOptions o;
-  o.path = test::data_path("hf/latent");
-  o.device = TANDEM_LILICORR_DEVICE;
-  auto m = Model::load(o, test::registry());
-  set_thread_count(1);
-  return m;
-}
+std::unique_ptr<Model> load_target() { return test::load_lilicorr_target(); }
 
 ModelDesc fixture_shape() {  // tests/fixtures/hf/latent: width 64, vocabulary 256, 8 layers
   ModelDesc d;
