@@ -36,6 +36,30 @@ namespace {
 
 constexpr int kTokens = 48;
 
+// A prompt and the target's greedy continuation (`extra` tokens), prefilled in one pass so that the
+// model's tap buffers hold every position's taps; rows(pos0, n) hands a drafter those positions.
+struct TappedText {
+  Model& m;
+  std::vector<int> layers;
+  std::vector<int32_t> text;
+  std::unique_ptr<Sequence> seq;
+  TappedText(Model& model, std::vector<int> tap_layers, const std::vector<int32_t>& p, int extra)
+      : m(model), layers(std::move(tap_layers)), text(p) {
+    const auto cont = generate(m, p, test::run_options(extra)).tokens;
+    text.insert(text.end(), cont.begin(), cont.end());
+    seq = m.new_sequence(int64_t(text.size()) + 8);
+    std::vector<float> logits;
+    m.forward(*seq, text, ForwardMode::Prefill, logits, false);
+  }
+  int64_t size() const { return int64_t(text.size()); }
+  TargetHidden rows(int64_t pos0, int64_t n) const {
+    TargetHidden h;
+    h.pos0 = pos0, h.rows = n, h.layers = layers;
+    for (size_t i = 0; i < layers.size(); ++i) h.states.push_back(m.tap(i).slice_rows(pos0, n));
+    return h;
+  }
+};
+
 class LilicorrDrafting : public test::OnLilicorrDevice {};
 
 std::unique_ptr<Model> load_target() { return test::load_lilicorr_target(); }
@@ -553,22 +577,11 @@ TEST_F(LilicorrDrafting, DeferredCatchUpMatchesCatchingUpEveryStep) {
   auto& eager = static_cast<lilicorr::LiliDrafter&>(*eager_sp);
   EXPECT_TRUE(eager.stages().empty()) << "stages are measured only when asked";
   m->set_taps(lazy.hidden_layers());
-  // The committed text: a prompt and the target's greedy continuation; one prefill over all of it
-  // leaves every position's taps in the model's tap buffers.
   const auto p = prompt(23);
-  std::vector<int32_t> text = p;
-  const auto cont = generate(*m, p, test::run_options(40)).tokens;
-  text.insert(text.end(), cont.begin(), cont.end());
-  const int64_t N = int64_t(text.size());
-  auto seq = m->new_sequence(N + 8);
-  std::vector<float> logits;
-  m->forward(*seq, text, ForwardMode::Prefill, logits, false);
-  auto rows = [&](int64_t pos0, int64_t n) {
-    TargetHidden h;
-    h.pos0 = pos0, h.rows = n, h.layers = lazy.hidden_layers();
-    for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(pos0, n));
-    return h;
-  };
+  const TappedText tt(*m, lazy.hidden_layers(), p, 40);
+  const std::vector<int32_t>& text = tt.text;
+  const int64_t N = tt.size();
+  auto rows = [&](int64_t pos0, int64_t n) { return tt.rows(pos0, n); };
   int64_t n = int64_t(p.size()) + 1;  // committed: the prompt and the target's first token
   for (auto* dr : {&lazy, &eager}) {
     dr->begin(text.data(), p.size());
@@ -645,19 +658,10 @@ TEST_F(LilicorrDrafting, ReplayedProposalsEqualOpByOpProposals) {
   const std::vector<lilicorr::LiliDrafter*> all = {&off, &on, &prof};
   m->set_taps(off.hidden_layers());
   const auto p = prompt(23);
-  std::vector<int32_t> text = p;
-  const auto cont = generate(*m, p, test::run_options(140)).tokens;
-  text.insert(text.end(), cont.begin(), cont.end());
-  const int64_t N = int64_t(text.size());
-  auto seq = m->new_sequence(N + 8);
-  std::vector<float> logits;
-  m->forward(*seq, text, ForwardMode::Prefill, logits, false);
-  auto rows = [&](int64_t pos0, int64_t n) {
-    TargetHidden h;
-    h.pos0 = pos0, h.rows = n, h.layers = off.hidden_layers();
-    for (size_t i = 0; i < h.layers.size(); ++i) h.states.push_back(m->tap(i).slice_rows(pos0, n));
-    return h;
-  };
+  const TappedText tt(*m, off.hidden_layers(), p, 140);
+  const std::vector<int32_t>& text = tt.text;
+  const int64_t N = tt.size();
+  auto rows = [&](int64_t pos0, int64_t n) { return tt.rows(pos0, n); };
   int64_t n = int64_t(p.size()) + 1;
   for (auto* dr : all) {
     dr->begin(text.data(), p.size());
