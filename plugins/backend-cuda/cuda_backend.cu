@@ -409,10 +409,7 @@ void CudaBackend::relu2(const Tensor& x) {
 }
 
 void CudaBackend::rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
-  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
-    fail("rope: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
-  check_tensor("rope", "x", x, x.rows, int64_t(heads) * hd);
-  if (pos0 < 0) fail("rope: position ", pos0, " is negative");
+  check_rope("rope", x, heads, hd, pos0);
   launch_rope(x.f32(), x.rows, heads, hd, pos0, theta, stream());
 }
 
@@ -434,20 +431,14 @@ void CudaBackend::attention_full(const Tensor& q, const Tensor& k, const Tensor&
 
 void CudaBackend::rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
                           double theta) {
-  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
-    fail("rope_at: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
-  check_tensor("rope_at", "x", x, x.rows, int64_t(heads) * hd);
-  if (pos0 < 0) fail("rope_at: position ", pos0, " is negative");
+  check_rope("rope_at", x, heads, hd, pos0);
   check_ptr("rope_at", "pos0_device", pos0_device);
   launch_rope(x.f32(), x.rows, heads, hd, pos0, theta, stream(), pos0_device);
 }
 
 void CudaBackend::rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
                              const float* inv_freq, float scale) {
-  if (heads <= 0 || hd <= 0 || hd % 2 != 0)
-    fail("rope_table: heads must be positive and head_dim even, found heads=", heads, " hd=", hd);
-  check_tensor("rope_table", "x", x, x.rows, int64_t(heads) * hd);
-  if (pos0 < 0) fail("rope_table: position ", pos0, " is negative");
+  check_rope("rope_table", x, heads, hd, pos0);
   check_ptr("rope_table", "inv_freq", inv_freq);
   launch_rope_table(x.f32(), x.rows, heads, hd, pos0, pos0_device, inv_freq, scale, stream());
 }

@@ -16,9 +16,12 @@ constexpr int kEltThreads = 256;
 constexpr int kAttWarps = 4;
 constexpr int kTopThreads = 1024;
 
-// pos0_dev: null, or where the first row's position lies (rope_at; pos0 is then unused).
+// pos0_dev: null, or where the first row's position lies (rope_at; pos0 is then unused). inv_freq: null
+// (theta^(−2j/hd), rope and rope_at), or a table [hd/2] in device memory with a cos/sin scale
+// (rope_table: a drafter's rope_scaling, the CPU twin's arithmetic — the angle the f32-rounded exact
+// product, cos and sin in f32, each times `scale`; 1 for the plain forms, which leaves their bits).
 __global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t pos0, const int64_t* pos0_dev,
-                            double theta) {
+                            double theta, const float* inv_freq, float scale) {
   pdl_wait();
   pdl_trigger();
   if (pos0_dev) pos0 = *pos0_dev;
@@ -26,9 +29,9 @@ __global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t p
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
     for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
       const int h = t / half, j = t % half;
-      const double inv = pow(theta, -2.0 * double(j) / double(hd));
+      const double inv = inv_freq ? double(inv_freq[j]) : pow(theta, -2.0 * double(j) / double(hd));
       const float a = float(double(pos0 + r) * inv);
-      const float c = cosf(a), s = sinf(a);
+      const float c = __fmul_rn(cosf(a), scale), s = __fmul_rn(sinf(a), scale);
       float* v = x + r * int64_t(heads) * hd + int64_t(h) * hd;
       const float x1 = v[j], x2 = v[j + half];
       v[j] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
@@ -182,7 +185,15 @@ void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double
                  const int64_t* pos0_device) {
   if (rows == 0) return;
   launch(rope_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(128), 0, stream,
-         pos0_device ? "rope_at" : "rope", x, rows, heads, hd, pos0, pos0_device, theta);
+         pos0_device ? "rope_at" : "rope", x, rows, heads, hd, pos0, pos0_device, theta,
+         static_cast<const float*>(nullptr), 1.0f);
+}
+
+void launch_rope_table(float* x, int64_t rows, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
+                       const float* inv_freq, float scale, cudaStream_t stream) {
+  if (rows == 0) return;
+  launch(rope_kernel, dim3(unsigned(std::min<int64_t>(rows, 65535))), dim3(128), 0, stream, "rope_table", x, rows,
+         heads, hd, pos0, pos0_device, 0.0, inv_freq, scale);
 }
 
 void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,

@@ -67,7 +67,7 @@ void launch_moe_route(const float* logits, const float* bias, const RouteParams&
 // *pos0_device + r when pos0_device is not null (read by the kernel: a recorded launch serves any position).
 void launch_rope(float* x, int64_t rows, int heads, int hd, int64_t pos0, double theta, cudaStream_t stream,
                  const int64_t* pos0_device = nullptr);
-// rope with a frequency table inv_freq [hd/2] (device memory) and a cos/sin scale (rope_table_cuda.cu);
+// rope with a frequency table inv_freq [hd/2] (device memory) and a cos/sin scale (the same kernel);
 // pos0_device as launch_rope's.
 void launch_rope_table(float* x, int64_t rows, int heads, int hd, int64_t pos0, const int64_t* pos0_device,
                        const float* inv_freq, float scale, cudaStream_t stream);

@@ -38,10 +38,7 @@ void attend(const float* qr, const Tensor& k, const Tensor& v, int64_t rows, int
 }  // namespace
 
 void rope(const Tensor& x, int heads, int hd, int64_t pos0, double theta) {
-  check(heads > 0 && hd > 0 && hd % 2 == 0, "rope: heads must be positive and head_dim even, found heads=", heads,
-        " hd=", hd);
-  check_tensor("rope", "x", x, x.rows, int64_t(heads) * hd);
-  check(pos0 >= 0, "rope: position ", pos0, " is negative");
+  check_rope("rope", x, heads, hd, pos0);
   const int half = hd / 2;
   std::vector<double> inv(static_cast<size_t>(half));
   for (int j = 0; j < half; ++j) inv[size_t(j)] = std::pow(theta, -2.0 * double(j) / double(hd));
@@ -101,10 +98,7 @@ void rope_at(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* po
 void rope_table(const Tensor& x, int heads, int hd, int64_t pos0, const int64_t* pos0_device, const float* inv_freq,
                 float scale) {
   if (pos0_device) check_pos0_device("rope_table", pos0, pos0_device);
-  check(heads > 0 && hd > 0 && hd % 2 == 0, "rope_table: heads must be positive and head_dim even, found heads=",
-        heads, " hd=", hd);
-  check_tensor("rope_table", "x", x, x.rows, int64_t(heads) * hd);
-  check(pos0 >= 0, "rope_table: position ", pos0, " is negative");
+  check_rope("rope_table", x, heads, hd, pos0);
   check_ptr("rope_table", "inv_freq", inv_freq);
   const int half = hd / 2;
   parallel_for(x.rows, 1, [&](int64_t r0, int64_t r1) {

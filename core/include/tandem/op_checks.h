@@ -23,6 +23,14 @@ inline void check_ptr(const char* op, const char* name, const void* p) {
   check(p != nullptr, op, ": ", name, " is null");
 }
 
+// rope, rope_at, rope_table: x [rows, heads·hd] with hd even, from a position ≥ 0.
+inline void check_rope(const char* op, const Tensor& x, int heads, int hd, int64_t pos0) {
+  check(heads > 0 && hd > 0 && hd % 2 == 0, op, ": heads must be positive and head_dim even, found heads=", heads,
+        " hd=", hd);
+  check_tensor(op, "x", x, x.rows, int64_t(heads) * hd);
+  check(pos0 >= 0, op, ": position ", pos0, " is negative");
+}
+
 // The LiLiCorr head's ops (Backend::mul_add_rows, attention_bias, normalize_rows, group_dots).
 inline void check_mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
   check(group >= 1 && x.rows % group == 0, "mul_add_rows: group ", group, " does not divide ", x.rows, " rows");
