@@ -5,11 +5,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,13 @@ inline void expect_error(const std::function<void()>& fn, std::initializer_list<
 
 // TANDEM_TEST_DATA_DIR / TANDEM_TEST_BINARY_DIR override the configured paths, so that a build tree
 // copied to another machine (the GPU box) runs its tests from the copy.
+// A whole file's bytes; a file that cannot be opened throws, naming it.
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 inline std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;

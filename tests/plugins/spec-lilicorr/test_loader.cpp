@@ -37,15 +37,8 @@ std::string synth(const test::TempDir& dir, const std::string& name, bool servin
   return path;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void edit_config(const std::string& dir, const std::string& from, const std::string& to) {
-  std::string s = read_file(dir + "/config.json");
+  std::string s = test::read_file(dir + "/config.json");
   const size_t at = s.find(from);
   ASSERT_NE(at, std::string::npos) << from;
   s.replace(at, from.size(), to);

@@ -62,15 +62,8 @@ std::string synth(const test::TempDir& dir, const std::string& name, std::map<st
   return path;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void replace_in(const std::string& file, const std::string& from, const std::string& to) {
-  std::string s = read_file(file);
+  std::string s = test::read_file(file);
   const size_t at = s.find(from);
   ASSERT_NE(at, std::string::npos) << from << " in " << file;
   s.replace(at, from.size(), to);
@@ -283,7 +276,7 @@ TEST(LilicorrQuant, MlxMxfp4LoadsDequantized) {
 TEST(LilicorrQuant, ExcludePatternsAreHonoured) {
   test::TempDir dir("lilicorr");
   const std::string p = synth(dir, "ex", {{"quant", "nvfp4"}, {"exclude", "*self_attn*|layers.4.mlp.down_proj"}});
-  EXPECT_NE(read_file(p + "/hf_quant_config.json").find("*self_attn*"), std::string::npos);
+  EXPECT_NE(test::read_file(p + "/hf_quant_config.json").find("*self_attn*"), std::string::npos);
   const auto w = load_drafter(p);
   for (size_t l = 0; l < w->backbone.layers.size(); ++l) {
     const BackboneLayer& L = w->backbone.layers[l];

@@ -95,10 +95,7 @@ TEST(LilicorrYarn, ConfigRopeScalingBecomesTheBackboneTable) {
   d.layers.resize(8);
   const std::string path = dir.file("yarn");
   write_synthetic(path, synth_geometry("tiny", d), 7);
-  std::ifstream in(path + "/config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string plain = ss.str();
+  const std::string plain = test::read_file(path + "/config.json");
   const DrafterConfig base = parse_config(plain, "config.json");
   EXPECT_TRUE(base.backbone.rope_inv_freq.empty());
 

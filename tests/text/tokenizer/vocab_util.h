@@ -15,12 +15,6 @@ namespace tandem::test {
 
 inline std::string vocab_path(const std::string& name) { return test::shared_data("vocab/ggml-vocab-" + name + ".gguf"); }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 // The GGUF plugin's synthesized side files, read with its GGUF reader (the vocabulary files are not
 // Nemotron models, so the checkpoint itself may refuse them; see test_vocab.cpp, VocabPlugin). Loaded once.
 inline const Tokenizer& vocab(const std::string& name) {
