@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_probe.h"
+#include "dense_fixtures.h"
 #include "device_buffers.h"
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
@@ -18,52 +19,6 @@
 
 namespace tandem::safetensors::test {
 namespace {
-
-using tandem::test::random_vec;
-
-// A weight as a checkpoint would hold it: bytes of one dtype, and the RawTensor that points at them.
-struct Stored {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  RawTensor raw() const { return RawTensor{name, dtype, shape, bytes.data(), bytes.size(), "memory"}; }
-};
-
-Stored make_weight(const std::string& dtype, int64_t m, int64_t k, uint64_t seed, const std::string& name = "w") {
-  auto v = random_vec(size_t(m * k), seed, -1.f, 1.f);
-  Stored s{name, dtype, {m, k}, {}};
-  if (dtype == "F32") {
-    s.bytes.resize(v.size() * 4);
-    std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
-  } else {
-    s.bytes.resize(v.size() * 2);
-    auto* h = reinterpret_cast<uint16_t*>(s.bytes.data());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = dtype == "BF16" ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-  }
-  return s;
-}
-
-using tandem::test::Dev;
-using tandem::test::download;
-using tandem::test::poisoned;
-using tandem::test::same_bits;
-using tandem::test::upload;
-
-// Largest |got − want| / Σ_j |x_j·w_j| over the outputs: the error relative to the dot product's
-// own magnitude, which bounds any summation order's rounding.
-double dot_rel_err(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& x,
-                   const std::vector<float>& w, int64_t n, int64_t m, int64_t k) {
-  double worst = 0;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t o = 0; o < m; ++o) {
-      double mag = 1e-30;
-      for (int64_t j = 0; j < k; ++j) mag += std::abs(double(x[r * k + j]) * w[o * k + j]);
-      const float g = got[r * m + o];
-      if (std::isnan(g)) return INFINITY;
-      worst = std::max(worst, std::abs(double(g) - want[r * m + o]) / mag);
-    }
-  return worst;
-}
 
 class DenseCuda : public ::testing::Test {
  protected:

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "cuda_probe.h"
+#include "dense_fixtures.h"
 #include "device_buffers.h"
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
@@ -19,45 +20,6 @@
 
 namespace tandem::safetensors::test {
 namespace {
-
-using tandem::test::Dev;
-using tandem::test::download;
-using tandem::test::poisoned;
-using tandem::test::random_vec;
-using tandem::test::same_bits;
-using tandem::test::upload;
-
-struct Weight {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  RawTensor raw() const { return RawTensor{"w", dtype, shape, bytes.data(), bytes.size(), "memory"}; }
-};
-
-Weight make_weight(const std::string& dtype, int64_t m, int64_t k, uint64_t seed) {
-  auto v = random_vec(size_t(m * k), seed, -1.f, 1.f);
-  Weight s{dtype, {m, k}, std::vector<uint8_t>(v.size() * 2)};
-  auto* h = reinterpret_cast<uint16_t*>(s.bytes.data());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = dtype == "BF16" ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-  return s;
-}
-
-// Largest |got − want| / Σ_j |x_j·w_j| over the outputs (a NaN counts as infinite).
-double dot_rel_err(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& x,
-                   const std::vector<float>& w, int64_t n, int64_t m, int64_t k) {
-  double worst = 0;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t o = 0; o < m; ++o) {
-      double mag = 1e-30;
-      const float* xr = x.data() + r * k;
-      const float* wr = w.data() + o * k;
-      for (int64_t j = 0; j < k; ++j) mag += std::abs(double(xr[j]) * wr[j]);
-      const float g = got[size_t(r * m + o)];
-      if (!std::isfinite(g)) return INFINITY;
-      worst = std::max(worst, std::abs(double(g) - want[size_t(r * m + o)]) / mag);
-    }
-  return worst;
-}
 
 class DenseTcCuda : public ::testing::Test {
  protected:
@@ -95,7 +57,7 @@ TEST_F(DenseTcCuda, MatmulMatchesCpu) {
       worst = std::max(worst, e);
     };
     for (Shape s : shapes) {
-      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      Stored st = make_weight(dtype, s.m, s.k, seed++);
       DenseTensor host(st.raw());
       auto gpu = load_dense_cuda(st.raw(), *be);
       std::vector<float> w(size_t(s.m * s.k));
@@ -104,7 +66,7 @@ TEST_F(DenseTcCuda, MatmulMatchesCpu) {
     }
     // A prefill-sized batch (and, for 1100 × 2048, the 128 × 128 tiling on any GPU of ≤ 144 SMs).
     for (Shape s : {Shape{40, 4096}, Shape{1100, 256}}) {
-      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      Stored st = make_weight(dtype, s.m, s.k, seed++);
       DenseTensor host(st.raw());
       auto gpu = load_dense_cuda(st.raw(), *be);
       std::vector<float> w(size_t(s.m * s.k));
@@ -124,7 +86,7 @@ TEST_F(DenseTcCuda, RowsAreBitIdenticalForEveryBatchSize) {
   uint64_t seed = 8000;
   for (const char* dtype : {"BF16", "F16"})
     for (Shape s : shapes) {
-      Weight st = make_weight(dtype, s.m, s.k, seed++);
+      Stored st = make_weight(dtype, s.m, s.k, seed++);
       auto gpu = load_dense_cuda(st.raw(), *be);
       auto x = random_vec(size_t(N * s.k), seed++, -2.f, 2.f);
       Dev dx = upload(*be, x);
@@ -160,7 +122,7 @@ TEST_F(DenseTcCuda, RowsAreBitIdenticalForEveryBatchSize) {
 TEST_F(DenseTcCuda, F16KeepsActivationsOutsideTheFp16Range) {
   const double tol = 1e-5;
   const int64_t m = 70, k = 4096;
-  Weight st = make_weight("F16", m, k, 9000);
+  Stored st = make_weight("F16", m, k, 9000);
   DenseTensor host(st.raw());
   auto gpu = load_dense_cuda(st.raw(), *be);
   std::vector<float> w(size_t(m * k));
@@ -191,7 +153,7 @@ TEST_F(DenseTcCuda, F16KeepsActivationsOutsideTheFp16Range) {
 TEST_F(DenseTcCuda, GraphReplayEqualsEagerCalls) {
   const int64_t m = 300, k = 2048;
   for (const char* dtype : {"BF16", "F16"}) {
-    Weight st = make_weight(dtype, m, k, 9500);
+    Stored st = make_weight(dtype, m, k, 9500);
     auto gpu = load_dense_cuda(st.raw(), *be);
     for (int64_t n : {int64_t(4), int64_t(200)}) {
       Dev dx = upload(*be, random_vec(size_t(n * k), 9600, -2.f, 2.f));
