@@ -69,8 +69,8 @@ struct TcShape {
   TcType type = TcType::NVFP4;
   int64_t m = 0, k = 0;
   int64_t tiles = 0, slices = 0, steps = 0;  // steps: padded k / 16
-  size_t lane_step_bytes() const { return type == TcType::NVFP4 ? 4 : 8; }
-  size_t nib_bytes() const { return size_t(tiles * steps) * 32 * lane_step_bytes(); }
+  TANDEM_HD size_t lane_step_bytes() const { return type == TcType::NVFP4 ? 4 : 8; }
+  TANDEM_HD size_t nib_bytes() const { return size_t(tiles * steps) * 32 * lane_step_bytes(); }
   size_t sc_bytes() const { return size_t(tiles * (steps / kTcGroupSteps)) * 128; }
   size_t bytes() const { return nib_bytes() + sc_bytes(); }
   // Workspace: slices × 16 rows × (16·tiles) fp32 partials (any contents), and a counter per tile

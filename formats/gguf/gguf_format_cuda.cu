@@ -1,6 +1,7 @@
 // GgufCudaTensor and GgufCudaExperts: glue from the weight interfaces to the per-type CUDA kernels
 // (quant_cuda.cuh), for dense NVFP4 and Q8_0 matrices also the tensor-core decode/verify GEMV
-// (gemv_tc_cuda.cuh), and for the dense types the safetensors dense kernels. The CUDA twin of
+// (gemv_tc_cuda.cuh) and the prefill GEMM and row decoder on its repacked copy (gemm_tc_cuda.cuh),
+// and for the dense types the safetensors dense kernels. The CUDA twin of
 // gguf_format.cpp; validation is the CPU GgufTensor's, so both devices accept and reject the same
 // tensors with the same messages.
 #include "gguf_format_cuda.h"
@@ -16,6 +17,7 @@
 #include "tandem/cuda/dense.cuh"
 #include "tandem/cuda/lane_arena.cuh"
 #include "tandem/cuda/stream_scratch.cuh"
+#include "gemm_tc_cuda.cuh"
 #include "gemv_tc_cuda.cuh"
 #include "gguf_format.h"
 #include "llama_act_cuda.h"
@@ -114,13 +116,19 @@ void launch_scale(float* y, int64_t n, float s) {
 }
 
 // Passes of 1..16 rows (decode, verify) of a dense NVFP4 or Q8_0 matrix run on the tensor-core GEMV
-// (gemv_tc_cuda.cuh), from a repacked copy kept beside the file's blocks (prefill GEMM, get_rows and
-// dequantize read those); TANDEM_GGUF_TC=0 keeps no copy and runs today's fp32 GEMV. Read per tensor
-// at load: every pass of one tensor takes one path, so a row's bits never depend on n.
-bool tc_enabled() {
-  const char* e = std::getenv("TANDEM_GGUF_TC");
-  return !(e && std::string(e) == "0");
+// (gemv_tc_cuda.cuh) from a repacked copy; TANDEM_GGUF_TC=0 keeps no copy and runs the fp32 GEMV on
+// the file's blocks. Read per tensor at load: every pass of one tensor takes one path, so a row's
+// bits never depend on n.
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "0";
 }
+bool tc_enabled() { return !env_off("TANDEM_GGUF_TC"); }
+// With the copy, the prefill GEMM, get_rows and dequantize read it too (gemm_tc_cuda.cuh, the same
+// bits as on the blocks) and the file's blocks are not kept: one device copy (issue #18).
+// TANDEM_GGUF_ONE_COPY=0 (read per tensor at load) keeps the blocks beside the copy for those
+// readers, as before: the side-by-side test and benchmark of the two GEMMs.
+bool one_copy_enabled() { return !env_off("TANDEM_GGUF_ONE_COPY"); }
 
 // The llama activation mode (TANDEM_GGUF_ACTIVATIONS=llama, read when a tensor loads): IQ2_XXS
 // matmuls and gathers round each activation row to Q8_K on the device and multiply on __dp4a
@@ -189,15 +197,19 @@ class GgufCudaTensor final : public QuantizedTensor {
     n_rows_ = numel_of(shape_) / row_len_;
     row_bytes_ = row_bytes(type, row_len_);
     nbytes_ = raw.nbytes;
-    data_ = upload_parts(be, {{raw.data, raw.nbytes}});
     grid_ = upload_grid(be, type.name);
     act_ = act_path_of(type);
     if (act_ == ActPath::LlamaIq2Xxs) {
+      data_ = upload_parts(be, {{raw.data, raw.nbytes}});
       cuda::LaneArena::reserve_all(size_t(kLlamaReserveRows * cuda_q8k_row_bytes(row_len_)), 0, cuda::stream());
       return;  // no repacked copy: every pass runs the llama-mode kernels
     }
     const kcuda::TcType* tc = kcuda::tc_type_of(type.name);
-    if (tc && shape_.size() == 2 && tc_enabled()) {
+    const bool repack = tc && shape_.size() == 2 && tc_enabled();
+    // One copy unless switched off or the repack would lose a value (an NVFP4 scale byte 0xFF).
+    one_copy_ = repack && one_copy_enabled() && kcuda::tc_repack_is_lossless(*tc, raw.data, n_rows_, row_len_);
+    if (!one_copy_) data_ = upload_parts(be, {{raw.data, raw.nbytes}});
+    if (repack) {
       tc_shape_ = kcuda::tc_shape(*tc, n_rows_, row_len_);
       const std::vector<uint8_t> packed = kcuda::repack_tc(*tc, raw.data, n_rows_, row_len_, raw.name);
       tc_ = upload_parts(be, {{packed.data(), packed.size()}});
@@ -221,6 +233,7 @@ class GgufCudaTensor final : public QuantizedTensor {
       launch_scale(out.f32(), int64_t(n) * row_len_, scale_);
       return;
     }
+    if (one_copy_) return kcuda::launch_tc_rows(tc_data(), tc_shape_, ids, n, scale_, out.f32(), cuda::stream());
     for (int i0 = 0; i0 < n; i0 += kCudaRowIdsPerLaunch) {
       CudaRowsArgs a = rows_args(out.f32() + int64_t(i0) * row_len_);
       a.n = std::min(kCudaRowIdsPerLaunch, n - i0);
@@ -245,9 +258,13 @@ class GgufCudaTensor final : public QuantizedTensor {
     const size_t n = size_t(n_rows_ * row_len_) * sizeof(float);
     void* dev = nullptr;
     check_cuda(cudaMallocAsync(&dev, std::max<size_t>(n, 4), s), "dequantize: allocate");
-    CudaRowsArgs a = rows_args(static_cast<float*>(dev));
-    a.n = n_rows_;
-    kernels_.ops->rows(a, s);
+    if (one_copy_) {
+      kcuda::launch_tc_rows(tc_data(), tc_shape_, nullptr, 0, scale_, static_cast<float*>(dev), s);
+    } else {
+      CudaRowsArgs a = rows_args(static_cast<float*>(dev));
+      a.n = n_rows_;
+      kernels_.ops->rows(a, s);
+    }
     const cudaError_t copied = cudaMemcpyAsync(out_host, dev, n, cudaMemcpyDeviceToHost, s);
     check_cuda(cudaFreeAsync(dev, s), "dequantize: free");
     check_cuda(copied, "dequantize: download");
@@ -276,7 +293,7 @@ class GgufCudaTensor final : public QuantizedTensor {
     const int64_t m = rows(), k = cols();
     CudaMatmulArgs a;
     a.epilogue = int(ep);
-    a.w = data();
+    a.w = data_ ? data() : nullptr;  // null: one copy, every pass below reads tc_
     a.m = m, a.k = k, a.row_bytes = row_bytes_;
     a.x = x.f32(), a.y = y.f32(), a.n = x.rows;
     a.scale = scale_;
@@ -286,6 +303,7 @@ class GgufCudaTensor final : public QuantizedTensor {
       launch_quantize_q8k(a.x, a.n, k, xq.get(), cuda::stream());
       return launch_iq2_xxs_q8k(a, xq.get(), cuda::stream());
     }
+    if (a.n >= kCudaGemmMinRows && one_copy_) return tc_gemm(a);
     if (a.n >= kCudaGemmMinRows && kernels_.ops->gemm) return run_gemm(*kernels_.ops, a);
     if (tc_) return tc_matmul(a);
     kernels_.ops->matmul(a, cuda::stream());
@@ -309,7 +327,18 @@ class GgufCudaTensor final : public QuantizedTensor {
                           scratch.counters(), s, &tc_plan_);
   }
 
-  const uint8_t* data() const { return static_cast<const uint8_t*>(data_->data()); }
+  // Prefill on the repacked copy (one copy), with gemm_cuda.cuh's workspace.
+  void tc_gemm(const CudaMatmulArgs& a) const {
+    cuda::StreamScratch ws(kcuda::gemm_tc_workspace(a.n, a.k), 0, "gguf (cuda): allocate prefill workspace");
+    kcuda::launch_gemm_tc(tc_data(), tc_shape_, a.x, a.y, a.n, a.scale, a.epilogue, ws.get(), cuda::stream());
+  }
+
+  // The file's blocks; a one-copy tensor has none, and every reader of it takes tc_ instead.
+  const uint8_t* data() const {
+    check(data_ != nullptr, "gguf (cuda): tensor '", name_, "' keeps only its repacked copy (one copy)");
+    return static_cast<const uint8_t*>(data_->data());
+  }
+  const uint8_t* tc_data() const { return static_cast<const uint8_t*>(tc_->data()); }
   CudaRowsArgs rows_args(float* out) const {
     CudaRowsArgs a;
     a.w = data();
@@ -329,6 +358,7 @@ class GgufCudaTensor final : public QuantizedTensor {
   float scale_ = 1.0f;
   std::unique_ptr<Buffer> data_, grid_;
   std::unique_ptr<Buffer> tc_;  // the repacked copy (null: none)
+  bool one_copy_ = false;       // tc_ only: data_ is null
   kcuda::TcShape tc_shape_;
   kcuda::TcPlan tc_plan_;
 };

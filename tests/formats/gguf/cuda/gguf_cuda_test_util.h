@@ -3,6 +3,7 @@
 // buffers.
 #pragma once
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -86,6 +87,24 @@ struct StoredScale {
   RawTensor raw() const {
     return RawTensor{name, "F32", {1}, reinterpret_cast<const uint8_t*>(&value), 4, "memory"};
   }
+};
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
 
 using tandem::test::Dev;

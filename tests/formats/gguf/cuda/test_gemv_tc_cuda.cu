@@ -107,24 +107,6 @@ TEST_P(GemvTcCuda, MatchesCpuForOneToSixteenRowsAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Types, GemvTcCuda, ::testing::Values("NVFP4", "Q8_0"),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // The tc GEMV of dense NVFP4 (with a `.scale` sidecar) and Q8_0 inside a CUDA graph capture: the
 // captured pass allocates nothing (the lane arena was reserved at load) and replays with the bits of
 // the plain pass, twice (the counters are left zero). TANDEM_GGUF_TC=0 at load takes the fp32 GEMV:

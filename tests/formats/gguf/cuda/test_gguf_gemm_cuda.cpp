@@ -4,7 +4,9 @@
 // multiple of the 128-row tile, k = 256 and 4096 and a k of an odd number of 64-element steps; a
 // row's bits independent of n and run to run; n ≤ 16 still the GEMV's bits; the grouped gather with
 // ragged groups, experts without rows, one expert taking every row and ids out of range, every
-// epilogue, each gathered row bit-identical to its expert's own GEMM row.
+// epilogue, each gathered row bit-identical to its expert's own GEMM row. For NVFP4 and Q8_0 the
+// one-copy readers (gemm_tc_cuda.cuh: GEMM, get_rows and dequantize from the repacked copy) against
+// the file-block ones (TANDEM_GGUF_ONE_COPY=0), bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -245,6 +247,93 @@ TEST_P(GgufGemm, FusedEpiloguesOfTheGemmEqualTheSeparateOps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufGemm, ::testing::ValuesIn(kGemmTypes),
+                         [](const auto& info) { return std::string(info.param); });
+
+// One copy (the default) against the file's blocks (TANDEM_GGUF_ONE_COPY=0 at load) for the types
+// with a repacked copy: the prefill GEMM's outputs are the block GEMM's bits at m off the 128-row
+// tile, k off the 1024-element slice and an odd number of groups, n = 17, 100, 257 and 2048 (poisoned
+// outputs), with a sidecar scale and every epilogue; get_rows and dequantize are the block path's.
+class GgufOneCopy : public GgufGemm {};
+
+TEST_P(GgufOneCopy, PrefillGetRowsAndDequantizeEqualTheFileBlockPaths) {
+  const std::string type = GetParam();
+  const QuantType& qt = *find_type(type);
+  const int64_t b = qt.block_elems;
+  uint64_t seed = 27000 + std::hash<std::string>()(type) % 1000;
+  struct Shape {
+    int64_t m, k;
+  };
+  for (Shape s : {Shape{1000, 1088}, Shape{77, 9 * b}, Shape{130, 4096}, Shape{16, 2048}}) {
+    Stored st = make_stored(type, s.m, s.k, seed++);
+    StoredScale sc{-0.625f};
+    const RawTensor sraw = sc.raw();
+    std::unique_ptr<QuantizedTensor> blocks, blocks_scaled;
+    {
+      ScopedEnv off("TANDEM_GGUF_ONE_COPY", "0");
+      blocks = load_gguf_cuda(st.raw(), qt, nullptr, *be);
+      blocks_scaled = load_gguf_cuda(st.raw(), qt, &sraw, *be);
+    }
+    auto one = load_gguf_cuda(st.raw(), qt, nullptr, *be);
+    auto one_scaled = load_gguf_cuda(st.raw(), qt, &sraw, *be);
+    const int64_t N = 2048;
+    auto x = random_vec(size_t(N * s.k), seed++, -2.f, 2.f);
+    x[5] = 300.0f, x[size_t(s.k + 7)] = -1e-6f;  // rows of other magnitudes
+    Dev dx = upload(*be, x);
+    const std::string at = type + " [" + std::to_string(s.m) + ", " + std::to_string(s.k) + "]";
+    for (int64_t n : {17, 100, 257, 2048}) {
+      const auto want = run_matmul(*blocks, dx, n, s.k), got = run_matmul(*one, dx, n, s.k);
+      EXPECT_TRUE(same_bits(got.data(), want.data(), got.size())) << at << " n " << n;
+      const auto want_s = run_matmul(*blocks_scaled, dx, n, s.k), got_s = run_matmul(*one_scaled, dx, n, s.k);
+      EXPECT_TRUE(same_bits(got_s.data(), want_s.data(), got_s.size())) << at << " n " << n << " with a sidecar";
+    }
+    // The fused epilogues of the one-copy GEMM.
+    const int64_t n = 100;
+    const Tensor tx = Tensor::f32(dx.p(), n, s.k);
+    const auto base = random_vec(size_t(n * s.m), seed++, -3.f, 3.f);
+    for (Epilogue ep : {Epilogue::Relu2, Epilogue::Accumulate}) {
+      auto fused = [&](const QuantizedTensor& w) {
+        Dev y = ep == Epilogue::Accumulate ? upload(*be, base) : poisoned(*be, size_t(n * s.m));
+        EXPECT_TRUE(w.matmul_fused(tx, Tensor::f32(y.p(), n, s.m), ep)) << at;
+        return download(*be, y);
+      };
+      const auto want = fused(*blocks_scaled), got = fused(*one_scaled);
+      EXPECT_TRUE(same_bits(got.data(), want.data(), got.size())) << at << " epilogue " << int(ep);
+    }
+    // Decode and verify rows keep the tc GEMV's bits (the same copy in both modes).
+    for (int64_t nd : {1, 16}) {
+      const auto want = run_matmul(*blocks, dx, nd, s.k), got = run_matmul(*one, dx, nd, s.k);
+      EXPECT_TRUE(same_bits(got.data(), want.data(), got.size())) << at << " n " << nd;
+    }
+    // get_rows (ids repeated, out of order, the last row, more than one launch's 64) and dequantize.
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 150; ++i) ids.push_back(int32_t((i * 37 + i / 3) % s.m));
+    ids[3] = int32_t(s.m - 1), ids[4] = 0, ids[5] = int32_t(s.m - 1);
+    for (const auto* pair : {&blocks, &blocks_scaled}) {
+      const QuantizedTensor& bw = **pair;
+      const QuantizedTensor& ow = pair == &blocks ? *one : *one_scaled;
+      Dev yb = poisoned(*be, ids.size() * size_t(s.k)), yo = poisoned(*be, ids.size() * size_t(s.k));
+      bw.get_rows(ids.data(), int(ids.size()), Tensor::f32(yb.p(), int64_t(ids.size()), s.k));
+      ow.get_rows(ids.data(), int(ids.size()), Tensor::f32(yo.p(), int64_t(ids.size()), s.k));
+      const auto rb = download(*be, yb), ro = download(*be, yo);
+      EXPECT_TRUE(same_bits(ro.data(), rb.data(), rb.size())) << at << " get_rows";
+      std::vector<float> db(size_t(s.m * s.k), NAN), dq(size_t(s.m * s.k), NAN);
+      bw.dequantize(db.data());
+      ow.dequantize(dq.data());
+      EXPECT_TRUE(same_bits(dq.data(), db.data(), db.size())) << at << " dequantize";
+      for (float v : dq) ASSERT_TRUE(std::isfinite(v)) << at << " dequantize";
+    }
+    // Against the CPU too (the block GEMM's tolerance), for the plain GEMM at n = 257.
+    if (s.m * s.k <= 1000 * 1088) {
+      const int64_t nc = 257;
+      std::vector<float> cpu(size_t(nc * s.m));
+      GgufTensor(st.raw(), qt, nullptr).matmul(Tensor::f32(x.data(), nc, s.k), Tensor::f32(cpu.data(), nc, s.m));
+      const auto got = run_matmul(*one, dx, nc, s.k);
+      EXPECT_LE(err_vs_max(got.data(), cpu.data(), cpu.size()), kGemmTol) << at;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgufOneCopy, ::testing::Values("NVFP4", "Q8_0"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -1,6 +1,7 @@
 // A tiny quantized Nemotron-H MoE model in GGUF (written with formats/gguf/gguf_writer.h) on device
 // "cuda" against "cpu": the top-1 token at every position of a 40-token prefill and of 8 decode steps
-// agrees, and on the GPU a verify pass of k+1 tokens is bit-identical to one-at-a-time decoding. The
+// agrees, and on the GPU a verify pass of k+1 tokens is bit-identical to one-at-a-time decoding and
+// the one-copy NVFP4 / Q8_0 matrices give the logits of the file-block ones (TANDEM_GGUF_ONE_COPY=0). The
 // layers use the types of NVIDIA's 2-bit Bolt file (IQ2_XXS experts, NVFP4 Mamba projections with
 // `.scale`, Q8_0 attention, embedding and head) and, elsewhere, most other block types.
 #include <gtest/gtest.h>
@@ -163,22 +164,26 @@ PluginRegistry& registry() {
   return *r;
 }
 
-// The model file (written once per process) and a model per device.
-Model& model(const std::string& device) {
+// The model file (written once per process), a fresh load of it, and a model per device.
+const std::string& model_path() {
   static TempDir dir;
   static const std::string path = [] {
     const std::string p = dir.file("tiny-quantized.gguf");
     write_model(p);
     return p;
   }();
+  return path;
+}
+std::unique_ptr<Model> load_model(const std::string& device) {
+  LoadOptions o;
+  o.path = model_path();
+  o.device = device;
+  return Model::load(o, registry());
+}
+Model& model(const std::string& device) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
   auto& m = cache[device];
-  if (!m) {
-    LoadOptions o;
-    o.path = path;
-    o.device = device;
-    m = Model::load(o, registry());
-  }
+  if (!m) m = load_model(device);
   return *m;
 }
 
@@ -281,6 +286,38 @@ TEST(GgufCudaModel, VerifyPassEqualsOneAtATimeOnTheGpu) {
     m.commit(*seq, n);
     m.forward(*seq, {cont[size_t(n)]}, ForwardMode::Verify, l, false);
     EXPECT_TRUE(same_bits(l, step[size_t(n)])) << "after commit(" << n << ") of " << k + 1;
+  }
+}
+
+// One device copy of the dense NVFP4 and Q8_0 matrices (the Mamba projections, attention, the
+// embedding's get_rows and the head) against the file's blocks beside the copy: a 40-token prefill
+// (the GEMM) and 6 decode steps (the tc GEMV) give the same logits bit for bit.
+TEST(GgufCudaModel, OneCopyGivesTheLogitsOfTheFileBlocks) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<Model> blocks;
+  {
+    ScopedEnv off("TANDEM_GGUF_ONE_COPY", "0");
+    blocks = load_model("cuda");
+  }
+  auto one = load_model("cuda");
+  auto prompt = tokens(40, 5);
+  auto sb = blocks->new_sequence(128), so = one->new_sequence(128);
+  std::vector<float> lb, lo;
+  blocks->forward(*sb, prompt, ForwardMode::Prefill, lb, true);
+  one->forward(*so, prompt, ForwardMode::Prefill, lo, true);
+  ASSERT_EQ(lb.size(), size_t(prompt.size()) * V);
+  EXPECT_TRUE(same_bits(lo, lb)) << "prefill";
+  for (float v : lo) ASSERT_TRUE(std::isfinite(v));
+  blocks->commit(*sb, int(prompt.size()));
+  one->commit(*so, int(prompt.size()));
+  int32_t next = argmax(&lb[(prompt.size() - 1) * V], V);
+  for (int step = 0; step < 6; ++step) {
+    blocks->forward(*sb, {next}, ForwardMode::Verify, lb, false);
+    one->forward(*so, {next}, ForwardMode::Verify, lo, false);
+    blocks->commit(*sb, 1);
+    one->commit(*so, 1);
+    EXPECT_TRUE(same_bits(lo, lb)) << "decode step " << step;
+    next = argmax(lb.data(), V);
   }
 }
 
