@@ -443,7 +443,11 @@ void opt_in_smem() {
   if (dev < 64 && !(done >> dev & 1)) {
     int optin = 0;
     check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "dense tc: smem");
-    check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+    cudaFuncAttributes fa{};
+    check_cuda(cudaFuncGetAttributes(&fa, Kernel), "dense tc: kernel attributes");
+    // The limit is on dynamic bytes: what the static arrays (the GEMV's partials) leave of the opt-in.
+    const int dynamic = optin - int(fa.sharedSizeBytes);
+    check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic),
                "dense tc: smem opt-in");
     done |= uint64_t(1) << dev;
   }
@@ -567,7 +571,9 @@ void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_
 namespace tandem::cuda {
 
 int dense_tc_variant_count() { return dense_tc::kVariantCount; }
-const char* dense_tc_variant_name(int i) { return i >= 0 && i < dense_tc::kVariantCount ? dense_tc::kVariants[i].name : nullptr; }
+const char* dense_tc_variant_name(int i) {
+  return i >= 0 && i < dense_tc::kVariantCount ? dense_tc::kVariants[i].name : nullptr;
+}
 const char* dense_tc_variant() { return dense_tc::kVariants[dense_tc::variant_slot().load()].name; }
 void set_dense_tc_variant(const char* name) {
   const int i = dense_tc::variant_by_name(name);
