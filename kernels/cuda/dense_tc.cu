@@ -8,6 +8,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "tandem/cuda/async_copy.cuh"
@@ -96,18 +99,29 @@ __device__ __forceinline__ Pow2Scale scale_of_exp(uint32_t e) { return pow2_scal
 
 // ---- GEMV: 1…16 rows (NT = 1 or 2 tiles of 8) ----
 // A block holds `mts` weight m-tiles of 16 rows (blockDim.x = 32·kws·mts, at most 16 warps); the kws
-// warps of an m-tile take its chunks in turn (round rd: chunk rd·kws + kw), each one chunk's whole weight slice in
-// registers (16 steps × two 8-byte loads a lane), the next chunk's step s loaded as soon as this
-// one's step s has gone into the mma chain; the round's partials go
-// through shared memory and the m-tile's first warp adds them to its total in chunk order. The
-// m-tiles of a block read the same x chunk at about the same time, so x mostly comes from L1.
+// warps of an m-tile take its chunks in turn (round rd: chunk rd·kws + kw), each one chunk's whole
+// weight slice in registers (16 steps × two 8-byte loads a lane), the next chunk's step s loaded as
+// soon as this one's step s has gone into the mma chain; the round's partials go through shared
+// memory and the m-tile's first warp adds them to its total in chunk order.
+// x: with XD = 0 each step loads its x where it uses it (one L1/L2 round trip in every step of the
+// chain: a one-row call spent most of its time there); with XD > 0 (BF16, 16-byte aligned x) a
+// warp-private ring of XD steps of x in shared memory is filled by cp.async XD − 1 steps ahead,
+// across chunk and round boundaries, so the chain reads x at shared-memory latency. Lane (g, t)
+// copies exactly the 16 bytes it later reads (row g, k = 4t … 4t+3), so no barrier is needed.
 constexpr int kMaxWarps = 16, kMaxMts = 4;
 
-template <WType T, int NT>
+template <int NT, int XD>
+constexpr size_t gemv_ring_bytes(int warps) {
+  return size_t(warps) * size_t(XD) * NT * 32 * sizeof(float4);
+}
+
+template <WType T, int NT, int XD>
 __global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::E* __restrict__ w, int64_t m,
-                                                               int64_t k, const float* __restrict__ x, int n, bool xvec, int kws,
-                                                         float* __restrict__ y) {
+                                                          int64_t k, const float* __restrict__ x, int n, bool xvec,
+                                                          int kws, float* __restrict__ y) {
+  static_assert(XD == 0 || !Op<T>::kScaled, "the F16 scale needs the whole chunk of x before its first step");
   __shared__ float part[2][kMaxWarps][NT * 4][32];
+  extern __shared__ __align__(16) unsigned char ring_smem[];
   const int lane = int(threadIdx.x & 31), wi = int(threadIdx.x >> 5), mt = wi / kws, kw = wi % kws;
   const int mts = int(blockDim.x) / (32 * kws);
   const int g = lane >> 2, t = lane & 3;
@@ -137,16 +151,33 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::
     la[s] = in && va ? ldg_stream64(wa + e) : make_uint2(0, 0);
     lb[s] = in && vb ? ldg_stream64(wb + e) : make_uint2(0, 0);
   };
+  // The x ring (XD > 0): slot u % XD of this warp holds the warp's u-th step (round u / 16, step u % 16).
+  float4* const ring = reinterpret_cast<float4*>(ring_smem) + size_t(wi) * XD * NT * 32;
+  auto xfetch = [&](int64_t u) {
+    if constexpr (XD > 0) {
+      const int64_t jj = (u / kStepsPerChunk) * kws + kw, e = jj * kChunk + (u % kStepsPerChunk) * 16;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const bool ok = live && jj < chunks && xok[nt] && e + 4 * t < k;
+        cp_async16_zfill(ring + (int(u % XD) * NT + nt) * 32 + lane, ok ? static_cast<const void*>(xr[nt] + e) : x,
+                         ok ? 16u : 0u);
+      }
+      cp_async_commit();
+    }
+  };
 #pragma unroll
   for (int s = 0; s < kStepsPerChunk; ++s) fetch(kw, s);
   cuda::pdl_wait();  // the first chunk's weights are in flight; x may come from the previous kernel
   cuda::pdl_trigger();
+  if constexpr (XD > 0)
+    for (int u = 0; u < XD - 1; ++u) xfetch(u);
   for (int64_t rd = 0; rd < rounds; ++rd) {
     const int64_t j = rd * kws + kw;
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    if (live && j < chunks) {  // warp-uniform
+    const bool busy = live && j < chunks;  // warp-uniform
+    if (busy || XD > 0) {  // the ring advances in every round so that its step count stays uniform
       const int64_t e0 = j * kChunk;  // first k of the chunk
       float up[NT], down[NT];
       if constexpr (Op<T>::kScaled) {
@@ -167,18 +198,30 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::
 #pragma unroll
       for (int s = 0; s < kStepsPerChunk; ++s) {
         const int64_t e = e0 + s * 16;
-        if (e < k) {  // warp-uniform: the step exists
+        float4 xv[NT];
+        if constexpr (XD > 0) {
+          const int64_t u = rd * kStepsPerChunk + s;
+          xfetch(u + XD - 1);
+          cp_async_wait<XD - 1>();  // step u's group (this lane's own copies) has landed
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) xv[nt] = ring[(int(u % XD) * NT + nt) * 32 + lane];
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            xv[nt] = xok[nt] && e + 4 * t < k ? load_x4(xr[nt] + e, xvec) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (busy && e < k) {  // warp-uniform: the step exists
           const uint32_t a[4] = {la[s].x, lb[s].x, la[s].y, lb[s].y};
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            float4 v = xok[nt] && e + 4 * t < k ? load_x4(xr[nt] + e, xvec) : make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 v = xv[nt];
             if constexpr (Op<T>::kScaled) v = scaled(v, up[nt]);
             uint32_t h[2], md[2], l[2];
             split4<T>(v, h, md, l);
             mma_hi_lo<T>(acc[nt], a, h, md, l);
           }
         }
-        fetch(j + kws, s);  // the warp's next chunk streams in while this one computes
+        if (busy) fetch(j + kws, s);  // the warp's next chunk streams in while this one computes
       }
       if constexpr (Op<T>::kScaled) {
         // acc columns 2t, 2t+1 are x rows whose scale lanes 4·(2t) and 4·(2t+1) hold.
@@ -203,6 +246,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_tc(const typename Op<T>::
           for (int i = 0; i < 4; ++i) tot[nt][i] = tot[nt][i] + part[rd & 1][mt * kws + q][nt * 4 + i][lane];
       }
   }
+  if constexpr (XD > 0) cp_async_wait<0>();  // no copy may still target shared memory at exit
   if (kw != 0 || !live) return;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -387,31 +431,104 @@ int sm_count() {
   return sms;
 }
 
+// The opt-in above 48 KB of dynamic shared memory, once per device for each kernel (it is a property
+// of the device's function).
+template <auto Kernel>
+void opt_in_smem() {
+  static std::mutex mu;
+  static uint64_t done = 0;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "dense tc: device");
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 64 && !(done >> dev & 1)) {
+    int optin = 0;
+    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "dense tc: smem");
+    cudaFuncAttributes fa{};
+    check_cuda(cudaFuncGetAttributes(&fa, Kernel), "dense tc: kernel attributes");
+    // The limit is on dynamic bytes: what the static arrays (the GEMV's partials) leave of the opt-in.
+    const int dynamic = optin - int(fa.sharedSizeBytes);
+    check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic),
+               "dense tc: smem opt-in");
+    done |= uint64_t(1) << dev;
+  }
+}
+
 template <WType T, int WM, int WN, int MTW, int NTW, int ST>
 void launch_gemm(const typename Op<T>::E* w, int64_t m, int64_t k, const float* x, int64_t n, bool xvec, float* y,
                  cudaStream_t s) {
   using Ti = Tiling<WM, WN, MTW, NTW, ST>;
   const int64_t chunks = ceil_div(ceil_div(k, 16), kStepsPerChunk);
   const size_t smem = Ti::kTileBytes + (Op<T>::kScaled ? size_t(Ti::kBn) * size_t(chunks) : 0);
-  auto* kernel = gemm_tc<T, WM, WN, MTW, NTW, ST>;
-  {
-    // The opt-in above 48 KB, once per device (it is a property of the device's function).
-    static std::mutex mu;
-    static uint64_t done = 0;
-    int dev = 0;
-    check_cuda(cudaGetDevice(&dev), "dense tc: device");
-    std::lock_guard<std::mutex> lock(mu);
-    if (dev < 64 && !(done >> dev & 1)) {
-      int optin = 0;
-      check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "dense tc: smem");
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
-                 "dense tc: smem opt-in");
-      done |= uint64_t(1) << dev;
-    }
-  }
+  constexpr auto kernel = gemm_tc<T, WM, WN, MTW, NTW, ST>;
+  opt_in_smem<kernel>();
   const dim3 grid(unsigned(ceil_div(m, Ti::kBm)), unsigned(ceil_div(n, Ti::kBn)));
   check(ceil_div(n, Ti::kBn) <= 65535, "matmul (cuda): ", n, " rows exceed one launch");
   cuda::launch(kernel, grid, dim3(Ti::kThreads), smem, s, "dense matmul (tensor-core gemm)", w, m, k, x, n, xvec, y);
+}
+
+// The selectable kernel choices (TANDEM_DENSE_TC_VARIANT, set_dense_tc_variant): the GEMV's x path
+// (XD = 0: x loaded in each step; 8 or 16: the cp.async ring of that depth, BF16 with aligned x only,
+// F16 and unaligned x keep XD = 0) and the GEMM tiling of 17…64 rows (m32: 32 weight rows × 32 or 64
+// x rows, four warps, an 8-deep ring, so that [4096, ·] still has 128 blocks; otherwise the 64 × 64
+// tiling of larger batches). Every choice computes the contract, so the bits never depend on it.
+struct Variant {
+  const char* name;
+  int xd;
+  bool m32;
+};
+constexpr Variant kVariants[] = {{"base", 0, false}, {"x8", 8, false},    {"x16", 16, false},
+                                 {"m32", 0, true},   {"x8m32", 8, true}, {"x16m32", 16, true}};
+constexpr int kVariantCount = int(sizeof kVariants / sizeof kVariants[0]);
+constexpr int kDefaultVariant = 4;  // x8m32
+
+int variant_by_name(const char* name) {
+  for (int i = 0; i < kVariantCount; ++i)
+    if (std::strcmp(kVariants[i].name, name) == 0) return i;
+  return -1;
+}
+std::atomic<int>& variant_slot() {
+  static std::atomic<int> v{[] {
+    const char* e = std::getenv("TANDEM_DENSE_TC_VARIANT");
+    if (!e || !*e) return kDefaultVariant;
+    const int i = variant_by_name(e);
+    check(i >= 0, "TANDEM_DENSE_TC_VARIANT: expected one of base, x8, x16, m32, x8m32, x16m32, found \"", e, "\"");
+    return i;
+  }()};
+  return v;
+}
+
+template <WType T, int NT, int XD>
+void launch_gemv(const typename Op<T>::E* w, int64_t m, int64_t k, const float* x, int n, bool xvec, float* y,
+                 cudaStream_t s) {
+  // m-tiles per block: the most (more reuse of each x chunk in L1) that still gives every SM two
+  // blocks; then warps per m-tile (4 … 16/mts) until the grid holds ~8 warps an SM or each warp has
+  // only two chunks left (the small router: 16 warps on each of its 31 m-tiles); with an x ring, no
+  // more warps than 128 KB of rings hold.
+  const int sms = sm_count();
+  const int64_t tiles = ceil_div(m, 16), chunks = ceil_div(ceil_div(k, 16), kStepsPerChunk);
+  constexpr size_t kRingBudget = size_t(128) << 10;
+  int mts = kMaxMts;
+  while (mts > 1 && ceil_div(tiles, mts) < 2 * sms) mts /= 2;
+  const int64_t blocks = ceil_div(tiles, mts);
+  int kws = 4;
+  while (kws * 2 * mts <= kMaxWarps && blocks * mts * kws < 8 * int64_t(sms) && chunks >= 2 * kws &&
+         gemv_ring_bytes<NT, XD>(kws * 2 * mts) <= kRingBudget)
+    kws *= 2;
+  while (kws > 1 && gemv_ring_bytes<NT, XD>(kws * mts) > kRingBudget) kws /= 2;
+  while (mts > 1 && gemv_ring_bytes<NT, XD>(kws * mts) > kRingBudget) mts /= 2;
+  const int64_t grid = ceil_div(tiles, mts);
+  constexpr auto kernel = gemv_tc<T, NT, XD>;
+  const size_t smem = gemv_ring_bytes<NT, XD>(kws * mts);
+  if constexpr (XD > 0) opt_in_smem<kernel>();
+  cuda::launch(kernel, dim3(unsigned(grid)), dim3(unsigned(32 * kws * mts)), smem, s,
+               "dense matmul (tensor-core gemv)", w, m, k, x, n, xvec, kws, y);
+}
+
+template <WType T, int XD>
+void gemv_of(const typename Op<T>::E* w, int64_t m, int64_t k, const float* x, int n, bool xvec, float* y,
+             cudaStream_t s) {
+  if (n <= 8) return launch_gemv<T, 1, XD>(w, m, k, x, n, xvec, y, s);
+  launch_gemv<T, 2, XD>(w, m, k, x, n, xvec, y, s);
 }
 
 template <WType T>
@@ -419,28 +536,18 @@ void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t 
   using E = typename Op<T>::E;
   const E* w = static_cast<const E*>(wp);
   const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;  // k % 8 == 0: every row is then aligned too
-  const int sms = sm_count();
+  const Variant v = kVariants[variant_slot().load(std::memory_order_relaxed)];
   if (n <= 16) {
-    // m-tiles per block: the most (more reuse of each x chunk in L1) that still gives every SM two
-    // blocks; then warps per m-tile (4 … 16/mts) until the grid holds ~8 warps an SM or each warp has
-    // only two chunks left (the small router: 16 warps on each of its 31 m-tiles).
-    const int64_t tiles = ceil_div(m, 16), chunks = ceil_div(ceil_div(k, 16), kStepsPerChunk);
-    int mts = kMaxMts;
-    while (mts > 1 && ceil_div(tiles, mts) < 2 * sms) mts /= 2;
-    const int64_t blocks = ceil_div(tiles, mts);
-    int kws = 4;
-    while (kws * 2 * mts <= kMaxWarps && blocks * mts * kws < 8 * int64_t(sms) && chunks >= 2 * kws) kws *= 2;
-    const dim3 grid{unsigned(blocks)}, block{unsigned(32 * kws * mts)};
-    if (n <= 8)
-      cuda::launch(gemv_tc<T, 1>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, kws,
-                   y);
-    else
-      cuda::launch(gemv_tc<T, 2>, grid, block, 0, s, "dense matmul (tensor-core gemv)", w, m, k, x, int(n), xvec, kws,
-                   y);
-    return;
+    if constexpr (!Op<T>::kScaled) {
+      if (xvec && v.xd == 8) return gemv_of<T, 8>(w, m, k, x, int(n), xvec, y, s);
+      if (xvec && v.xd == 16) return gemv_of<T, 16>(w, m, k, x, int(n), xvec, y, s);
+    }
+    return gemv_of<T, 0>(w, m, k, x, int(n), xvec, y, s);
   }
+  if (v.m32 && n <= 32) return launch_gemm<T, 1, 4, 2, 1, 8>(w, m, k, x, n, xvec, y, s);
+  if (v.m32 && n <= 64) return launch_gemm<T, 1, 4, 2, 2, 8>(w, m, k, x, n, xvec, y, s);
   // 128 × 128 tiles once they fill the SMs (prefill), 64 × 64 below (catch-up and verify batches).
-  if (ceil_div(m, 128) * ceil_div(n, 128) >= sms)
+  if (ceil_div(m, 128) * ceil_div(n, 128) >= sm_count())
     launch_gemm<T, 4, 2, 2, 8, 4>(w, m, k, x, n, xvec, y, s);
   else
     launch_gemm<T, 2, 2, 2, 4, 4>(w, m, k, x, n, xvec, y, s);
@@ -460,3 +567,18 @@ void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_
 }
 
 }  // namespace tandem::cuda::dense_tc
+
+namespace tandem::cuda {
+
+int dense_tc_variant_count() { return dense_tc::kVariantCount; }
+const char* dense_tc_variant_name(int i) {
+  return i >= 0 && i < dense_tc::kVariantCount ? dense_tc::kVariants[i].name : nullptr;
+}
+const char* dense_tc_variant() { return dense_tc::kVariants[dense_tc::variant_slot().load()].name; }
+void set_dense_tc_variant(const char* name) {
+  const int i = dense_tc::variant_by_name(name);
+  check(i >= 0, "dense tc variant: expected one of base, x8, x16, m32, x8m32, x16m32, found \"", name, "\"");
+  dense_tc::variant_slot().store(i);
+}
+
+}  // namespace tandem::cuda

@@ -7,19 +7,22 @@
 // The order contract (batch invariance): for output y[r, o] the k axis is cut into chunks of
 // kChunk = 256 elements (the last one shorter) and each chunk into k16 steps; a chunk's partial is
 // one mma.sync.m16n8k16 chain from zero over its steps in k order, at each step the weight tile
-// times hi(x) then times lo(x) (x = hi + lo, see below); y is the fp32 sum 0 + c0 + c1 + … of the
-// chunk partials, left to right. Every kernel here (the GEMV of 1…16 rows and both GEMM tilings)
-// computes exactly that, and an mma output depends only on its weight row, its x column and its
-// accumulator, so a row's bits are a function of (its x row, W, m, k) — never of n, of the other
-// rows, or of the row's position in a tile. Inside a step, lane l (g = l/4, t = l%4) feeds the
+// times hi(x), then times mid(x), then times lo(x) (x = hi + mid + lo, see below); y is the fp32 sum
+// 0 + c0 + c1 + … of the chunk partials, left to right. Every kernel here (the GEMV of 1…16 rows with
+// either x path and every GEMM tiling; tandem/cuda/util.h selects among them) computes exactly
+// that, and an mma output depends only on its weight row, its x column and its accumulator, so a
+// row's bits are a function of (its x row, W, m, k) — never of n, of the other rows, or of the row's
+// position in a tile. Inside a step, lane l (g = l/4, t = l%4) feeds the
 // fragment positions 2t, 2t+1 with k = 4t, 4t+1 and 2t+8, 2t+9 with k = 4t+2, 4t+3 (one 8-byte
 // weight load per row); every kernel uses that same k permutation.
 //
-// Accuracy: BF16 weights take x = hi + lo with hi = bf16(x), lo = bf16(x − hi) (|x − hi − lo| ≤
-// 2^-16·|x|). F16 weights take the same split in fp16 after scaling each (row, chunk) of x by the
-// power of two that puts its largest magnitude in [2^14, 2^15) (pow2_scale<14>), the chunk's partial
-// scaled back exactly before it is added: no |x| overflows fp16 and small ones keep their bits. The
-// scale is a function of the row's own chunk, so it keeps the invariance.
+// Accuracy: BF16 weights take x = hi + mid + lo with hi = bf16(x), mid = bf16(x − hi), lo =
+// bf16(x − hi − mid) (three 8-bit terms carry all 24 bits of an fp32 x; two left ~1e-5 of the logits,
+// past the conformance tolerance of 5e-6). F16 weights take the same split in fp16 after scaling
+// each (row, chunk) of x by the power of two that puts its largest magnitude in [2^14, 2^15)
+// (pow2_scale<14>), the chunk's partial scaled back exactly before it is added: no |x| overflows fp16
+// and small ones keep their bits. The scale is a function of the row's own chunk, so it keeps the
+// invariance.
 #pragma once
 #include <cuda_runtime.h>
 

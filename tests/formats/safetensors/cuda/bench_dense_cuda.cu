@@ -5,8 +5,10 @@
 // machine. Weights rotate over enough copies to exceed the L2 several times; each time is the median
 // of 7 runs of CUDA-graph replays (launch gaps excluded) and, beside it, of plain stream launches.
 // Prints µs, weight GB/s (and % of the copy bandwidth) and TFLOP/s (2·m·k·n, the useful work; the hi +
-// lo split runs twice as many tensor-core products).
-//   bench_dense_cuda [--f16] [--simt] [--short]
+// mid + lo split runs three times as many tensor-core products). --variants times every tensor-core
+// variant (tandem/cuda/util.h) at n = 1, 2, 4, 8, 16, 32, 64 (graph replays only) and prints, for each,
+// the largest |y − y_default| over the call's outputs, which must be 0 (the variants share one contract).
+//   bench_dense_cuda [--f16] [--simt] [--short] [--variants]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,10 +17,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda_timing.cuh"
 #include "tandem/cuda/dense.cuh"
+#include "tandem/cuda/util.h"
 
 using namespace tandem;
 using tandem::test::ck;
@@ -100,16 +104,73 @@ void bench(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
   cudaFree(y);
 }
 
+// Every variant on one shape and row count: graph µs and % of copy, and the largest |Δ| of its output
+// against the default variant's (bits: NaN counts as a difference). Returns false on any difference.
+bool bench_variants(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
+  const cuda::WType t = f16 ? cuda::WType::F16 : cuda::WType::BF16;
+  const size_t bytes = size_t(m * k) * 2;
+  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
+  const std::vector<uint16_t> host = random_weight(f16, size_t(m * k), uint64_t(m * 31 + k));
+  std::vector<void*> w(static_cast<size_t>(copies), nullptr);
+  for (void*& p : w) {
+    ck(cudaMalloc(&p, bytes), "malloc weights");
+    ck(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload weights");
+  }
+  std::vector<float> hx(size_t(n * k));
+  uint64_t s = 12345 + uint64_t(n);
+  for (float& v : hx) v = float(int64_t(next(s) % 2000001) - 1000000) * 1e-6f;
+  float *x, *y;
+  ck(cudaMalloc(&x, hx.size() * 4), "malloc x");
+  ck(cudaMalloc(&y, size_t(n * m) * 4), "malloc y");
+  ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "upload x");
+  const std::string dflt = cuda::dense_tc_variant();
+  std::vector<float> ref, hy(size_t(n * m));
+  auto result = [&](const char* v) {
+    cuda::set_dense_tc_variant(v);
+    ck(cudaMemset(y, 0xFF, size_t(n * m) * 4), "poison y");
+    cuda::launch_dense_matmul(t, w[0], m, k, x, n, y, cudaStreamPerThread);
+    ck(cudaStreamSynchronize(cudaStreamPerThread), "matmul");
+    ck(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost), "download y");
+  };
+  result(dflt.c_str());
+  ref = hy;
+  bool same = true;
+  std::printf("%s [%lld, %lld] n=%-3lld", f16 ? "F16" : "BF16", (long long)m, (long long)k, (long long)n);
+  for (int i = 0; i < cuda::dense_tc_variant_count(); ++i) {
+    const char* v = cuda::dense_tc_variant_name(i);
+    result(v);
+    double diff = 0;
+    for (size_t j = 0; j < hy.size(); ++j) {
+      if (std::memcmp(&hy[j], &ref[j], 4) == 0) continue;
+      const double d = std::fabs(double(hy[j]) - double(ref[j]));
+      diff = std::max(diff, std::isnan(d) ? INFINITY : d > 0 ? d : 1e-300);  // 1e-300: ±0, equal values
+    }
+    same = same && diff == 0;
+    auto call = [&](int c) { cuda::launch_dense_matmul(t, w[size_t(c % copies)], m, k, x, n, y, cudaStreamPerThread); };
+    const double ms = time_graph(call, std::max(copies, 20));
+    const double gbs = double(bytes) / (ms * 1e6);
+    std::printf("  %s %7.2f us %3.0f%%%s", v, ms * 1e3, 100 * gbs / copy, diff == 0 ? "" : " DIFF");
+    if (diff != 0) std::printf("(%.3g)", diff);
+  }
+  std::printf("\n");
+  cuda::set_dense_tc_variant(dflt.c_str());
+  for (void* p : w) cudaFree(p);
+  cudaFree(x);
+  cudaFree(y);
+  return same;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool f16 = false, simt = false, brief = false;
+  bool f16 = false, simt = false, brief = false, variants = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--f16") == 0) f16 = true;
     else if (std::strcmp(argv[i], "--simt") == 0) simt = true;
     else if (std::strcmp(argv[i], "--short") == 0) brief = true;
+    else if (std::strcmp(argv[i], "--variants") == 0) variants = true;
     else {
-      std::fprintf(stderr, "usage: bench_dense_cuda [--f16] [--simt] [--short]\n");
+      std::fprintf(stderr, "usage: bench_dense_cuda [--f16] [--simt] [--short] [--variants]\n");
       return 1;
     }
   }
@@ -130,6 +191,14 @@ int main(int argc, char** argv) {
     int64_t m, k;
   };
   const Shape shapes[] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {4096, 24576}, {496, 4096}};
+  if (variants) {
+    std::printf("default variant: %s\n", cuda::dense_tc_variant());
+    bool same = true;
+    for (Shape s : shapes)
+      for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) same = bench_variants(f16, s.m, s.k, n, copy) && same;
+    std::printf("variants %s\n", same ? "bit-identical to the default" : "DIFFER from the default");
+    return same ? 0 : 4;
+  }
   for (Shape s : shapes) {
     for (int64_t n : {1, 8, 16, 64, 2048}) {
       if (brief && n > 16 && n != 64) continue;

@@ -3,11 +3,14 @@
 // for the GEMV (1…16 rows) and both GEMM tilings, m not a multiple of 16 or 128, k of model widths
 // (4096, 12288, 24576), an odd multiple of 16 (4112) and one of 8 only (1000); every row's bits the
 // same whatever n, whatever its position in the batch and whether x is 16-byte aligned; F16
-// activations beyond fp16's range and far below it; and replay under graph capture.
+// activations beyond fp16's range and far below it; replay under graph capture; and every kernel
+// variant (tandem/cuda/util.h: the GEMV's x paths, the GEMM tilings of 17…64 rows) against the CPU
+// and bit for bit against the others.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "cuda_probe.h"
 #include "dense_fixtures.h"
@@ -15,6 +18,7 @@
 #include "formats/safetensors/dense_cpu.h"
 #include "formats/safetensors/dense_cuda.h"
 #include "plugins/backend-cuda/cuda_backend.h"
+#include "tandem/cuda/util.h"
 #include "tandem/error.h"
 #include "test_util.h"
 
@@ -168,6 +172,64 @@ TEST_F(DenseTcCuda, GraphReplayEqualsEagerCalls) {
       EXPECT_TRUE(same_bits(replay.data(), eager.data(), eager.size())) << dtype << " n " << n;
     }
   }
+}
+
+// Puts the process back on the variant it started with (the other tests run on it).
+struct VariantScope {
+  std::string was = cuda::dense_tc_variant();
+  ~VariantScope() { cuda::set_dense_tc_variant(was.c_str()); }
+};
+
+// Every variant, into NaN-poisoned outputs: within the tolerance of the CPU matmul at 1, 17 and 33
+// rows (the GEMV and both 32-row GEMM tilings), and every row of every n (odd ones included) bit for
+// bit equal to the same row of the "base" variant's 64-row call, at offsets 0 and 5 of the batch; m
+// ragged against 16, 32 and 64; k a model width, an odd multiple of 16 (4112, not of 256) and a
+// multiple of 8 only (1000).
+TEST_F(DenseTcCuda, EveryVariantGivesTheSameBits) {
+  VariantScope keep;
+  const double tol = 1e-5;
+  const Shape shapes[] = {{200, 4112}, {67, 1000}, {1100, 4096}, {37, 12288}};
+  const int64_t rows[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 31, 32, 33, 48, 63, 64};
+  const int64_t N = 69;  // offset 5 + 64 rows
+  uint64_t seed = 9700;
+  for (const char* dtype : {"BF16", "F16"})
+    for (Shape s : shapes) {
+      Stored st = make_weight(dtype, s.m, s.k, seed++);
+      DenseTensor host(st.raw());
+      auto gpu = load_dense_cuda(st.raw(), *be);
+      std::vector<float> w(size_t(s.m * s.k));
+      host.dequantize(w.data());
+      auto x = random_vec(size_t(N * s.k), seed++, -2.f, 2.f);
+      Dev dx = upload(*be, x);
+      cuda::set_dense_tc_variant("base");
+      const auto want0 = run(*gpu, dx, 0, 64, s.m, s.k), want5 = run(*gpu, dx, 5, 64, s.m, s.k);
+      for (int v = 0; v < cuda::dense_tc_variant_count(); ++v) {
+        const char* name = cuda::dense_tc_variant_name(v);
+        cuda::set_dense_tc_variant(name);
+        for (int64_t n : {int64_t(1), int64_t(17), int64_t(33)}) {
+          std::vector<float> want(size_t(n * s.m));
+          std::vector<float> xs(x.begin(), x.begin() + n * s.k);
+          host.matmul(Tensor::f32(xs.data(), n, s.k), Tensor::f32(want.data(), n, s.m));
+          const double e = dot_rel_err(run(*gpu, dx, 0, n, s.m, s.k), want, xs, w, n, s.m, s.k);
+          EXPECT_LE(e, tol) << name << " " << dtype << " [" << s.m << ", " << s.k << "] n " << n;
+        }
+        for (int64_t n : rows)
+          for (int64_t row0 : {int64_t(0), int64_t(5)}) {
+            const auto got = run(*gpu, dx, row0, n, s.m, s.k);
+            const auto& ref = row0 == 0 ? want0 : want5;
+            EXPECT_TRUE(same_bits(got.data(), ref.data(), got.size()))
+                << name << " " << dtype << " [" << s.m << ", " << s.k << "] n " << n << " offset " << row0
+                << ": differs from the base variant's 64-row call";
+          }
+      }
+    }
+}
+
+TEST(DenseTcVariants, UnknownNameThrows) {
+  VariantScope keep;
+  EXPECT_THROW(cuda::set_dense_tc_variant("x7"), Error);
+  EXPECT_GT(cuda::dense_tc_variant_count(), 1);
+  EXPECT_EQ(cuda::dense_tc_variant_name(cuda::dense_tc_variant_count()), nullptr);
 }
 
 }  // namespace

@@ -11,4 +11,14 @@ int device_count();
 // Score for a module's tandem_plugin_score export: 0 without a device (the registry then skips it).
 inline int plugin_score() { return device_count() > 0 ? 10 : 0; }
 
+// The kernel choice of the BF16/F16 tensor-core matmul (kernels/cuda/dense_tc.cuh): every variant
+// computes the same contract, so it changes time, never bits. The process starts with
+// TANDEM_DENSE_TC_VARIANT (read once; unset: the default) and the bench and tests switch it between
+// calls; set_dense_tc_variant throws tandem::Error naming an unknown variant. Not for concurrent use
+// with matmuls on other threads (a launch reads it once).
+int dense_tc_variant_count();
+const char* dense_tc_variant_name(int i);  // nullptr outside [0, dense_tc_variant_count())
+const char* dense_tc_variant();            // the current one
+void set_dense_tc_variant(const char* name);
+
 }  // namespace tandem::cuda
