@@ -482,9 +482,18 @@ void CudaBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, floa
     fail("top_k_logprobs: k must be in [1, ", std::min<int64_t>(kMaxTopK, logits.cols), "], found ", k);
   check_ptr("top_k_logprobs", "ids", ids);
   check_ptr("top_k_logprobs", "logp", logp);
-  if (logits.rows > 65535 || logits.cols > INT32_MAX) fail("top_k_logprobs: ", logits.rows, " rows of ", logits.cols,
-                                                           ", at most 65535 rows of 2^31 − 1");
-  launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, stream());
+  if (logits.rows > 65535 || logits.cols > kTopKMaxVocab)
+    fail("top_k_logprobs: ", logits.rows, " rows of ", logits.cols, ", at most 65535 rows of ", kTopKMaxVocab);
+  if (logits.rows == 0) return;
+  // Sized for kTopKRows rows at kMaxTopK at once, so the drafters' calls share one block and recordings
+  // keep its address; growing releases the old block (the memory epoch moves), as attention_workspace.
+  const size_t need = top_k_workspace_bytes(std::max(logits.rows, kTopKRows), logits.cols, kMaxTopK);
+  if (!top_k_ws_ || top_k_ws_->bytes() < need) {
+    top_k_ws_.reset();
+    top_k_ws_ = std::make_unique<DeviceBuffer>(pool_, need);
+  }
+  launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, top_k_ws_->data(), top_k_ws_->bytes(),
+                        stream());
 }
 
 void CudaBackend::mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {

@@ -1,6 +1,7 @@
 // The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full and their device-position
-// variants rope_at, attention_full_at, silu_mul, scale_softcap,
-// top_k_logprobs, and the head's attention_bias), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
+// variants rope_at, attention_full_at, silu_mul, scale_softcap, and the head's attention_bias;
+// top_k_logprobs is in top_k_cuda.cu), for drafters with layers of their own (the DFlash backbone of
+// spec-lilicorr).
 // Reductions run in fixed trees that depend on the row's width only, so a row's bits never depend on n.
 #include <algorithm>
 #include <cmath>
@@ -14,7 +15,6 @@ namespace {
 
 constexpr int kEltThreads = 256;
 constexpr int kAttWarps = 4;
-constexpr int kTopThreads = 1024;
 
 // pos0_dev: null, or where the first row's position lies (rope_at; pos0 is then unused). inv_freq: null
 // (theta^(−2j/hd), rope and rope_at), or a table [hd/2] in device memory with a cos/sin scale
@@ -122,61 +122,6 @@ __global__ void scale_softcap_kernel(float* x, int64_t n, float s, float cap) {
     x[i] = cap > 0 ? cap * tanhf(__fmul_rn(s, x[i]) / cap) : __fmul_rn(s, x[i]);
 }
 
-// (v, i) before (v2, i2) in top-k order: larger value, then lower id; i < 0 is no entry (NaNs never
-// become entries: they are not "after" any pick).
-__device__ __forceinline__ bool before(float v, int i, float v2, int i2) {
-  if (i < 0) return false;
-  if (i2 < 0) return true;
-  return v > v2 || (v == v2 && i < i2);
-}
-
-// One block per row: max, then Σ exp(l − max) (block trees), then k rounds that each pick the best
-// entry after the previous pick in top-k order.
-__global__ void top_k_kernel(const float* logits, int64_t V, int k, int32_t* ids, float* logp) {
-  __shared__ float scratch[32];
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  pdl_wait();
-  pdl_trigger();
-  const int64_t r = blockIdx.x;
-  const float* l = logits + r * V;
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
-  mx = block_max(mx, scratch);
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
-  s = block_sum(s, scratch);
-  const float lse = mx + logf(s);
-  float pv = INFINITY;
-  int pi = -1;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int bi = -1;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-      const float x = l[i];
-      const bool after = x < pv || (x == pv && int(i) > pi);
-      if (after && before(x, int(i), bv, bi)) bv = x, bi = int(i);
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    __syncthreads();
-    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
-    __syncthreads();
-    bv = -INFINITY, bi = -1;
-    for (int w = 0; w < warps; ++w)
-      if (before(wv[w], wi[w], bv, bi)) bv = wv[w], bi = wi[w];
-    if (threadIdx.x == 0) {
-      ids[r * k + j] = bi;
-      logp[r * k + j] = bv - lse;
-    }
-    pv = bv, pi = bi;
-  }
-}
-
 unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8)); }
 
 }  // namespace
@@ -219,13 +164,6 @@ void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cuda
 void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream) {
   if (n == 0) return;
   launch(scale_softcap_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "scale_softcap", x, n, s, cap);
-}
-
-void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
-                           cudaStream_t stream) {
-  if (rows == 0) return;
-  launch(top_k_kernel, dim3(unsigned(rows)), dim3(kTopThreads), 0, stream, "top_k_logprobs", logits, vocab, k, ids,
-         logp);
 }
 
 }  // namespace tandem::cuda

@@ -2,8 +2,8 @@
 // pointers, so that tests and other CUDA modules can queue them without a backend object.
 // Owner: callers own every pointer (device memory). Thread: one caller per stream.
 // Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
-// Contracts are those of the same-named Backend methods (tandem/backend.h); only attention takes a
-// workspace (attention_workspace_bytes).
+// Contracts are those of the same-named Backend methods (tandem/backend.h); only attention and
+// top_k_logprobs take a workspace (attention_workspace_bytes, top_k_workspace_bytes).
 // Each output row is computed by the same blocks with the same reduction trees whatever the number
 // of rows, so results are batch invariant bit for bit.
 #pragma once
@@ -77,9 +77,12 @@ void launch_attention_full(const float* q, const float* k, const float* v, int64
                            int hd, float* out, cudaStream_t stream, const int64_t* pos0_device = nullptr);
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream);
 void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream);
-// logits [rows, vocab]; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK.
+// logits [rows, vocab] with vocab ≤ kTopKMaxVocab; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK (top_k_cuda.cu).
+// Two launches: per chunk of a row, then one merge per row; the workspace holds the chunks' partials.
+constexpr int64_t kTopKMaxVocab = INT32_MAX - 4096;
+size_t top_k_workspace_bytes(int64_t rows, int64_t vocab, int k);
 void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
-                           cudaStream_t stream);
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // The LiLiCorr head's ops (head_ops_cuda.cu; attention_bias in drafter_ops_cuda.cu); arguments validated by the backend (tandem/op_checks.h).
 // x, out [rows, cols]; a, b [rows / group, cols] or null.

@@ -183,11 +183,17 @@ void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
       for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i] - mx));
       const float lse = mx + float(std::log(sum));
       for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      // NaNs after every number (a strict weak order), and never picked.
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [l](int32_t a, int32_t b) {
+        if (std::isnan(l[a])) return false;
+        if (std::isnan(l[b])) return true;
+        return l[a] > l[b] || (l[a] == l[b] && a < b);
+      });
       for (int j = 0; j < k; ++j) {
-        ids[r * k + j] = order[size_t(j)];
-        logp[r * k + j] = l[order[size_t(j)]] - lse;
+        const int32_t i = order[size_t(j)];
+        const bool none = std::isnan(l[i]);
+        ids[r * k + j] = none ? -1 : i;
+        logp[r * k + j] = (none ? -INFINITY : l[i]) - lse;
       }
     }
   });

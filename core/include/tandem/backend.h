@@ -198,8 +198,9 @@ class Backend {
     fail("backend '", device(), "' has no scale_softcap");
   }
   // Per row of logits [n, V]: the k largest (descending; the lower id first on ties) as ids [n, k]
-  // and their log_softmax values logp [n, k] (max + log Σ exp(l − max) over the whole row); ids and
-  // logp in this backend's memory. 1 ≤ k ≤ kMaxTopK.
+  // and their log_softmax values logp [n, k] (max + log Σ exp(l − max) over the whole row, NaN when the
+  // row holds a NaN or only −inf); ids and logp in this backend's memory. 1 ≤ k ≤ kMaxTopK. NaNs are
+  // never picked: a row with fewer than k other values ends in id −1, logp −inf − lse.
   static constexpr int kMaxTopK = 64;
   virtual void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
     (void)logits, (void)k, (void)ids, (void)logp;
