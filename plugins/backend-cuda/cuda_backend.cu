@@ -511,6 +511,23 @@ void CudaBackend::attention_bias(const Tensor& q, const Tensor& k, const Tensor&
   launch_attention_bias(q.f32(), k.f32(), v.f32(), bias.f32(), q.rows, heads, hd, out.f32(), stream());
 }
 
+void CudaBackend::attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                     const Tensor& out) {
+  check_attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+  if (hd > kMaxHeadDim || qkv.rows > 65535 || heads > 65535)
+    fail("attention_bias_qkv: ", qkv.rows, " rows of ", heads, " heads of ", hd,
+         ", at most 65535 rows and heads and hd ≤ ", kMaxHeadDim);
+  launch_attention_bias_qkv(qkv.f32(), qkv_bias.data ? qkv_bias.f32() : nullptr, bias.f32(), qkv.rows, heads, hd,
+                            out.f32(), stream());
+}
+
+void CudaBackend::add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                           bool silu, const Tensor& out) {
+  check_add_rows(x, d, a, ga, b, gb, out);
+  launch_add_rows(x.f32(), d.data ? d.f32() : nullptr, a.data ? a.f32() : nullptr, ga, b.data ? b.f32() : nullptr, gb,
+                  silu, x.rows, x.cols, out.f32(), stream());
+}
+
 void CudaBackend::normalize_rows(const Tensor& x, float eps) {
   check_tensor("normalize_rows", "x", x, x.rows, x.cols);
   if (x.rows > INT32_MAX) fail("normalize_rows: ", x.rows, " rows, at most ", INT32_MAX);

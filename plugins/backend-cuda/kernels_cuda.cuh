@@ -91,6 +91,12 @@ void launch_mul_add_rows(const float* x, const float* a, const float* b, int64_t
 // q, k, v, out [n, heads·hd]; bias [heads·n, n]; hd ≤ kMaxHeadDim.
 void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
                            int hd, float* out, cudaStream_t stream);
+// qkv [n, 3·heads·hd] (q|k|v per row), qkv_bias [3·heads·hd] or null; bias [heads·n, n]; out [n, heads·hd].
+void launch_attention_bias_qkv(const float* qkv, const float* qkv_bias, const float* bias, int64_t n, int heads, int hd,
+                               float* out, cudaStream_t stream);
+// x, out [rows, cols]; d [rows, cols], a [rows / ga, cols], b [rows / gb, cols], each or null.
+void launch_add_rows(const float* x, const float* d, const float* a, int64_t ga, const float* b, int64_t gb, bool silu,
+                     int64_t rows, int64_t cols, float* out, cudaStream_t stream);
 void launch_normalize_rows(float* x, int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 // a [groups·ka, F], b [groups·kb, F], out [groups, ka·kb].
 void launch_group_dots(const float* a, const float* b, int64_t groups, int64_t ka, int64_t kb, int64_t F, float scale,

@@ -151,6 +151,23 @@ void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   });
 }
 
+void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                        const Tensor& out) {
+  check_attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+  // Unpacked (with the bias added, as mul_add_rows adds it), then attention_bias.
+  const int64_t n = qkv.rows, w = int64_t(heads) * hd;
+  std::vector<float> q(size_t(n * w)), k(q.size()), v(q.size());
+  float* dst[3] = {q.data(), k.data(), v.data()};
+  for (int64_t i = 0; i < n; ++i)
+    for (int p = 0; p < 3; ++p)
+      for (int64_t e = 0; e < w; ++e) {
+        const float x = qkv.row(i)[p * w + e];
+        dst[p][i * w + e] = qkv_bias.data ? x + qkv_bias.f32()[p * w + e] : x;
+      }
+  attention_bias(Tensor::f32(q.data(), n, w), Tensor::f32(k.data(), n, w), Tensor::f32(v.data(), n, w), bias, heads,
+                 hd, out);
+}
+
 void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {
   check_tensor("silu_mul", "g", g, g.rows, g.cols);
   check_tensor("silu_mul", "u", u, g.rows, g.cols);

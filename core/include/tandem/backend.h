@@ -224,6 +224,23 @@ class Backend {
     (void)q, (void)k, (void)v, (void)bias, (void)heads, (void)hd, (void)out;
     fail("backend '", device(), "' has no attention_bias");
   }
+  // attention_bias() with q|k|v packed per row: qkv [n, 3·heads·hd] (row i: q_i, k_i, v_i, one fused
+  // projection's output) and qkv_bias [1, 3·heads·hd] added to every row first (empty: none), as
+  // mul_add_rows would add it. bias [heads·n, n]; out [n, heads·hd].
+  virtual void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                  const Tensor& out) {
+    (void)qkv, (void)qkv_bias, (void)bias, (void)heads, (void)hd, (void)out;
+    fail("backend '", device(), "' has no attention_bias_qkv");
+  }
+  // Sums of rows with broadcasts, then silu if asked: out[r] = f(((x[r] + d[r]) + a[r / ga]) + b[r / gb])
+  // for the rows r of x [n, D], added left to right; d [n, D], a [n / ga, D] and b [n / gb, D] may be
+  // empty (data null: left out; ga, gb ≥ 1 divide n); f(v) = v / (1 + e^−v) when `silu`, else v. out [n, D]
+  // may alias x or d. (A linear's bias: a [1, D], ga = n; a residual: d; a per-slot row: ga = its nodes.)
+  virtual void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                        bool silu, const Tensor& out) {
+    (void)x, (void)d, (void)a, (void)ga, (void)b, (void)gb, (void)silu, (void)out;
+    fail("backend '", device(), "' has no add_rows");
+  }
   // x ← x / max(‖x‖₂, eps) per row, in place.
   virtual void normalize_rows(const Tensor& x, float eps) {
     (void)x, (void)eps;
