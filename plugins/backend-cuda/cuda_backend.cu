@@ -482,9 +482,18 @@ void CudaBackend::top_k_logprobs(const Tensor& logits, int k, int32_t* ids, floa
     fail("top_k_logprobs: k must be in [1, ", std::min<int64_t>(kMaxTopK, logits.cols), "], found ", k);
   check_ptr("top_k_logprobs", "ids", ids);
   check_ptr("top_k_logprobs", "logp", logp);
-  if (logits.rows > 65535 || logits.cols > INT32_MAX) fail("top_k_logprobs: ", logits.rows, " rows of ", logits.cols,
-                                                           ", at most 65535 rows of 2^31 − 1");
-  launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, stream());
+  if (logits.rows > 65535 || logits.cols > kTopKMaxVocab)
+    fail("top_k_logprobs: ", logits.rows, " rows of ", logits.cols, ", at most 65535 rows of ", kTopKMaxVocab);
+  if (logits.rows == 0) return;
+  // Sized for kTopKRows rows at kMaxTopK at once, so the drafters' calls share one block and recordings
+  // keep its address; growing releases the old block (the memory epoch moves), as attention_workspace.
+  const size_t need = top_k_workspace_bytes(std::max(logits.rows, kTopKRows), logits.cols, kMaxTopK);
+  if (!top_k_ws_ || top_k_ws_->bytes() < need) {
+    top_k_ws_.reset();
+    top_k_ws_ = std::make_unique<DeviceBuffer>(pool_, need);
+  }
+  launch_top_k_logprobs(logits.f32(), logits.rows, logits.cols, k, ids, logp, top_k_ws_->data(), top_k_ws_->bytes(),
+                        stream());
 }
 
 void CudaBackend::mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
@@ -500,6 +509,23 @@ void CudaBackend::attention_bias(const Tensor& q, const Tensor& k, const Tensor&
     fail("attention_bias: ", q.rows, " rows of ", heads, " heads of ", hd, ", at most 65535 rows and heads and hd ≤ ",
          kMaxHeadDim);
   launch_attention_bias(q.f32(), k.f32(), v.f32(), bias.f32(), q.rows, heads, hd, out.f32(), stream());
+}
+
+void CudaBackend::attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                     const Tensor& out) {
+  check_attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+  if (hd > kMaxHeadDim || qkv.rows > 65535 || heads > 65535)
+    fail("attention_bias_qkv: ", qkv.rows, " rows of ", heads, " heads of ", hd,
+         ", at most 65535 rows and heads and hd ≤ ", kMaxHeadDim);
+  launch_attention_bias_qkv(qkv.f32(), qkv_bias.data ? qkv_bias.f32() : nullptr, bias.f32(), qkv.rows, heads, hd,
+                            out.f32(), stream());
+}
+
+void CudaBackend::add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                           bool silu, const Tensor& out) {
+  check_add_rows(x, d, a, ga, b, gb, out);
+  launch_add_rows(x.f32(), d.data ? d.f32() : nullptr, a.data ? a.f32() : nullptr, ga, b.data ? b.f32() : nullptr, gb,
+                  silu, x.rows, x.cols, out.f32(), stream());
 }
 
 void CudaBackend::normalize_rows(const Tensor& x, float eps) {

@@ -64,10 +64,16 @@ class CudaBackend final : public Backend {
                          const Tensor& out) override;
   void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) override;
   void scale_softcap(const Tensor& x, float s, float cap) override;
+  // Two launches (per chunk of a row, then a merge per row) through a workspace kept by the backend,
+  // grown like the attention workspace (sized for at least kTopKRows rows and kMaxTopK).
   void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) override;
   void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) override;
   void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
                       const Tensor& out) override;
+  void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                          const Tensor& out) override;
+  void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb, bool silu,
+                const Tensor& out) override;
   void normalize_rows(const Tensor& x, float eps) override;
   void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override;
   void moe_route(const Tensor& logits, const float* bias, const RouteParams& p, int32_t* ids,
@@ -108,6 +114,7 @@ class CudaBackend final : public Backend {
                        const Tensor& out) const;
   // The split attention's partials for n rows of nq heads of hd (null when n needs none).
   void* attention_workspace(int64_t n, int nq, int hd);
+  static constexpr int64_t kTopKRows = 64;
 
   std::unique_ptr<Buffer> make_buffer(size_t bytes, bool detached);
   bool lanes_enabled() const;
@@ -120,6 +127,7 @@ class CudaBackend final : public Backend {
   int n_lanes_ = 1;
   bool lanes_open_ = false;
   std::unique_ptr<Buffer> attention_ws_;  // after pool_: released into it first
+  std::unique_ptr<Buffer> top_k_ws_;      // likewise
   bool capturing_ = false;
   uint64_t capture_allocs_ = 0, capture_epoch_ = 0;
 };

@@ -1,6 +1,7 @@
 // The drafter ops of the CUDA backend (tandem/backend.h: rope, attention_full and their device-position
-// variants rope_at, attention_full_at, silu_mul, scale_softcap,
-// top_k_logprobs, and the head's attention_bias), for drafters with layers of their own (the DFlash backbone of spec-lilicorr).
+// variants rope_at, attention_full_at, silu_mul, scale_softcap, and the head's attention_bias and
+// attention_bias_qkv; top_k_logprobs is in top_k_cuda.cu), for drafters with layers of their own (the
+// DFlash backbone of spec-lilicorr).
 // Reductions run in fixed trees that depend on the row's width only, so a row's bits never depend on n.
 #include <algorithm>
 #include <cmath>
@@ -14,7 +15,6 @@ namespace {
 
 constexpr int kEltThreads = 256;
 constexpr int kAttWarps = 4;
-constexpr int kTopThreads = 1024;
 
 // pos0_dev: null, or where the first row's position lies (rope_at; pos0 is then unused). inv_freq: null
 // (theta^(−2j/hd), rope and rope_at), or a table [hd/2] in device memory with a cos/sin scale
@@ -43,8 +43,12 @@ __global__ void rope_kernel(float* x, int64_t rows, int heads, int hd, int64_t p
 // with an online softmax whose lanes hold head dims lane, lane + 32, …; the warps merge in order.
 // bias: null (attention_full), or [nq·n, rows] added to the scaled scores (attention_bias; n = gridDim.x).
 // pos0_dev: null, or the key rows are *pos0_dev + n (attention_full_at; `rows` is then unused, bias null).
+// kPacked (attention_bias_qkv): q, k and v are column blocks of one packed qkv [n, 3·nq·hd] (q, k, v point at
+// their first row), with qkv_bias (null or [3·nq·hd], q's, k's and v's blocks) added to each element read.
+template <bool kPacked>
 __global__ void attention_full_kernel(const float* q, const float* k, const float* v, const float* bias, int64_t rows,
-                                      const int64_t* pos0_dev, int nq, int nkv, int hd, float scale, float* out) {
+                                      const int64_t* pos0_dev, int nq, int nkv, int hd, float scale, float* out,
+                                      const float* qkv_bias) {
   constexpr int kPer = kMaxHeadDim / 32;
   __shared__ float sm[kAttWarps], sl[kAttWarps];
   __shared__ float sacc[kAttWarps][kMaxHeadDim];
@@ -55,34 +59,42 @@ __global__ void attention_full_kernel(const float* q, const float* k, const floa
   const int hq = blockIdx.y, hk = hq / (nq / nkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qw = int64_t(nq) * hd, kw = int64_t(nkv) * hd;
-  const float* qr = q + r * qw + int64_t(hq) * hd;
+  const int64_t qs = kPacked ? 3 * qw : qw, ks = kPacked ? 3 * qw : kw;  // row strides
+  const float* qr = q + r * qs + int64_t(hq) * hd;
   const float* br = bias ? bias + (int64_t(hq) * gridDim.x + r) * rows : nullptr;
-  float qv[kPer], acc[kPer];
+  float qv[kPer], acc[kPer], kb[kPer], vb[kPer];
   const int per = (hd + 31) / 32;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    qv[i] = i < per && e < hd ? qr[e] : 0.0f;
+    const bool in = i < per && e < hd;
+    qv[i] = in ? qr[e] : 0.0f;
     acc[i] = 0.0f;
+    kb[i] = vb[i] = 0.0f;
+    if (kPacked && qkv_bias && in) {
+      qv[i] = __fadd_rn(qv[i], qkv_bias[int64_t(hq) * hd + e]);
+      kb[i] = qkv_bias[qw + int64_t(hk) * hd + e];
+      vb[i] = qkv_bias[2 * qw + int64_t(hk) * hd + e];
+    }
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = warp; j < rows; j += kAttWarps) {
-    const float* kr = k + j * kw + int64_t(hk) * hd;
+    const float* kr = k + j * ks + int64_t(hk) * hd;
     float d = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
-      if (i < per && e < hd) d = fmaf(qv[i], kr[e], d);
+      if (i < per && e < hd) d = fmaf(qv[i], kPacked ? __fadd_rn(kr[e], kb[i]) : kr[e], d);
     }
     const float s = br ? fmaf(warp_sum(d), scale, br[j]) : warp_sum(d) * scale;
     const float mn = fmaxf(m, s);
     const float c = expf(m - mn), p = expf(s - mn);
     l = l * c + p;
-    const float* vr = v + j * kw + int64_t(hk) * hd;
+    const float* vr = v + j * ks + int64_t(hk) * hd;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
-      if (i < per && e < hd) acc[i] = fmaf(p, vr[e], acc[i] * c);
+      if (i < per && e < hd) acc[i] = fmaf(p, kPacked ? __fadd_rn(vr[e], vb[i]) : vr[e], acc[i] * c);
     }
     m = mn;
   }
@@ -122,61 +134,6 @@ __global__ void scale_softcap_kernel(float* x, int64_t n, float s, float cap) {
     x[i] = cap > 0 ? cap * tanhf(__fmul_rn(s, x[i]) / cap) : __fmul_rn(s, x[i]);
 }
 
-// (v, i) before (v2, i2) in top-k order: larger value, then lower id; i < 0 is no entry (NaNs never
-// become entries: they are not "after" any pick).
-__device__ __forceinline__ bool before(float v, int i, float v2, int i2) {
-  if (i < 0) return false;
-  if (i2 < 0) return true;
-  return v > v2 || (v == v2 && i < i2);
-}
-
-// One block per row: max, then Σ exp(l − max) (block trees), then k rounds that each pick the best
-// entry after the previous pick in top-k order.
-__global__ void top_k_kernel(const float* logits, int64_t V, int k, int32_t* ids, float* logp) {
-  __shared__ float scratch[32];
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  pdl_wait();
-  pdl_trigger();
-  const int64_t r = blockIdx.x;
-  const float* l = logits + r * V;
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
-  mx = block_max(mx, scratch);
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
-  s = block_sum(s, scratch);
-  const float lse = mx + logf(s);
-  float pv = INFINITY;
-  int pi = -1;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int bi = -1;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-      const float x = l[i];
-      const bool after = x < pv || (x == pv && int(i) > pi);
-      if (after && before(x, int(i), bv, bi)) bv = x, bi = int(i);
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    __syncthreads();
-    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
-    __syncthreads();
-    bv = -INFINITY, bi = -1;
-    for (int w = 0; w < warps; ++w)
-      if (before(wv[w], wi[w], bv, bi)) bv = wv[w], bi = wi[w];
-    if (threadIdx.x == 0) {
-      ids[r * k + j] = bi;
-      logp[r * k + j] = bv - lse;
-    }
-    pv = bv, pi = bi;
-  }
-}
-
 unsigned elt_blocks(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8)); }
 
 }  // namespace
@@ -199,16 +156,26 @@ void launch_rope_table(float* x, int64_t rows, int heads, int hd, int64_t pos0, 
 void launch_attention_full(const float* q, const float* k, const float* v, int64_t n, int64_t rows, int nq, int nkv,
                            int hd, float* out, cudaStream_t stream, const int64_t* pos0_device) {
   if (n == 0) return;
-  launch(attention_full_kernel, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream,
+  launch(attention_full_kernel<false>, dim3(unsigned(n), unsigned(nq)), dim3(32 * kAttWarps), 0, stream,
          pos0_device ? "attention_full_at" : "attention_full", q, k, v, static_cast<const float*>(nullptr), rows,
-         pos0_device, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out);
+         pos0_device, nq, nkv, hd, 1.0f / sqrtf(float(hd)), out, static_cast<const float*>(nullptr));
 }
 
 void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
                            int hd, float* out, cudaStream_t stream) {
   if (n == 0) return;
-  launch(attention_full_kernel, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream, "attention_bias",
-         q, k, v, bias, n, static_cast<const int64_t*>(nullptr), heads, heads, hd, 1.0f / sqrtf(float(hd)), out);
+  launch(attention_full_kernel<false>, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream,
+         "attention_bias", q, k, v, bias, n, static_cast<const int64_t*>(nullptr), heads, heads, hd,
+         1.0f / sqrtf(float(hd)), out, static_cast<const float*>(nullptr));
+}
+
+void launch_attention_bias_qkv(const float* qkv, const float* qkv_bias, const float* bias, int64_t n, int heads, int hd,
+                               float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  const int64_t w = int64_t(heads) * hd;
+  launch(attention_full_kernel<true>, dim3(unsigned(n), unsigned(heads)), dim3(32 * kAttWarps), 0, stream,
+         "attention_bias_qkv", qkv, qkv + w, qkv + 2 * w, bias, n, static_cast<const int64_t*>(nullptr), heads, heads,
+         hd, 1.0f / sqrtf(float(hd)), out, qkv_bias);
 }
 
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream) {
@@ -219,13 +186,6 @@ void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cuda
 void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream) {
   if (n == 0) return;
   launch(scale_softcap_kernel, dim3(elt_blocks(n)), dim3(kEltThreads), 0, stream, "scale_softcap", x, n, s, cap);
-}
-
-void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
-                           cudaStream_t stream) {
-  if (rows == 0) return;
-  launch(top_k_kernel, dim3(unsigned(rows)), dim3(kTopThreads), 0, stream, "top_k_logprobs", logits, vocab, k, ids,
-         logp);
 }
 
 }  // namespace tandem::cuda

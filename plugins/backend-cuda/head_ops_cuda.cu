@@ -1,5 +1,5 @@
-// The LiLiCorr head's ops of the CUDA backend (tandem/backend.h: mul_add_rows, normalize_rows,
-// group_dots; attention_bias shares attention_full's kernel in drafter_ops_cuda.cu). Reductions run in fixed trees that depend on the row's width only.
+// The LiLiCorr head's ops of the CUDA backend (tandem/backend.h: mul_add_rows, add_rows, normalize_rows,
+// group_dots; attention_bias and attention_bias_qkv share attention_full's kernel in drafter_ops_cuda.cu). Reductions run in fixed trees that depend on the row's width only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +21,20 @@ __global__ void mul_add_rows_kernel(const float* x, const float* a, const float*
     const int64_t r = i / cols, c = i % cols, s = (r / group) * cols + c;
     const float v = a ? __fmul_rn(x[i], a[s]) : x[i];
     out[i] = b ? __fadd_rn(v, b[s]) : v;
+  }
+}
+
+__global__ void add_rows_kernel(const float* x, const float* d, const float* a, int64_t ga, const float* b, int64_t gb,
+                                bool silu, int64_t n, int64_t cols, float* out) {
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    float v = x[i];
+    if (d) v = __fadd_rn(v, d[i]);
+    if (a) v = __fadd_rn(v, a[(r / ga) * cols + c]);
+    if (b) v = __fadd_rn(v, b[(r / gb) * cols + c]);
+    out[i] = silu ? v / (1.0f + expf(-v)) : v;
   }
 }
 
@@ -64,6 +78,15 @@ void launch_mul_add_rows(const float* x, const float* a, const float* b, int64_t
   if (n == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8));
   launch(mul_add_rows_kernel, dim3(blocks), dim3(kEltThreads), 0, stream, "mul_add_rows", x, a, b, n, cols, group,
+         out);
+}
+
+void launch_add_rows(const float* x, const float* d, const float* a, int64_t ga, const float* b, int64_t gb, bool silu,
+                     int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, kEltThreads), 65535 * 8));
+  launch(add_rows_kernel, dim3(blocks), dim3(kEltThreads), 0, stream, "add_rows", x, d, a, ga, b, gb, silu, n, cols,
          out);
 }
 

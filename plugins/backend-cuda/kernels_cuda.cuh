@@ -2,8 +2,8 @@
 // pointers, so that tests and other CUDA modules can queue them without a backend object.
 // Owner: callers own every pointer (device memory). Thread: one caller per stream.
 // Sync: each launch is queued on `stream` and returns; a configuration error throws tandem::Error.
-// Contracts are those of the same-named Backend methods (tandem/backend.h); only attention takes a
-// workspace (attention_workspace_bytes).
+// Contracts are those of the same-named Backend methods (tandem/backend.h); only attention and
+// top_k_logprobs take a workspace (attention_workspace_bytes, top_k_workspace_bytes).
 // Each output row is computed by the same blocks with the same reduction trees whatever the number
 // of rows, so results are batch invariant bit for bit.
 #pragma once
@@ -77,9 +77,12 @@ void launch_attention_full(const float* q, const float* k, const float* v, int64
                            int hd, float* out, cudaStream_t stream, const int64_t* pos0_device = nullptr);
 void launch_silu_mul(const float* g, const float* u, int64_t n, float* out, cudaStream_t stream);
 void launch_scale_softcap(float* x, int64_t n, float s, float cap, cudaStream_t stream);
-// logits [rows, vocab]; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK.
+// logits [rows, vocab] with vocab ≤ kTopKMaxVocab; ids, logp [rows, k]; 1 ≤ k ≤ Backend::kMaxTopK (top_k_cuda.cu).
+// Two launches: per chunk of a row, then one merge per row; the workspace holds the chunks' partials.
+constexpr int64_t kTopKMaxVocab = INT32_MAX - 4096;
+size_t top_k_workspace_bytes(int64_t rows, int64_t vocab, int k);
 void launch_top_k_logprobs(const float* logits, int64_t rows, int64_t vocab, int k, int32_t* ids, float* logp,
-                           cudaStream_t stream);
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // The LiLiCorr head's ops (head_ops_cuda.cu; attention_bias in drafter_ops_cuda.cu); arguments validated by the backend (tandem/op_checks.h).
 // x, out [rows, cols]; a, b [rows / group, cols] or null.
@@ -88,6 +91,12 @@ void launch_mul_add_rows(const float* x, const float* a, const float* b, int64_t
 // q, k, v, out [n, heads·hd]; bias [heads·n, n]; hd ≤ kMaxHeadDim.
 void launch_attention_bias(const float* q, const float* k, const float* v, const float* bias, int64_t n, int heads,
                            int hd, float* out, cudaStream_t stream);
+// qkv [n, 3·heads·hd] (q|k|v per row), qkv_bias [3·heads·hd] or null; bias [heads·n, n]; out [n, heads·hd].
+void launch_attention_bias_qkv(const float* qkv, const float* qkv_bias, const float* bias, int64_t n, int heads, int hd,
+                               float* out, cudaStream_t stream);
+// x, out [rows, cols]; d [rows, cols], a [rows / ga, cols], b [rows / gb, cols], each or null.
+void launch_add_rows(const float* x, const float* d, const float* a, int64_t ga, const float* b, int64_t gb, bool silu,
+                     int64_t rows, int64_t cols, float* out, cudaStream_t stream);
 void launch_normalize_rows(float* x, int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 // a [groups·ka, F], b [groups·kb, F], out [groups, ka·kb].
 void launch_group_dots(const float* a, const float* b, int64_t groups, int64_t ka, int64_t kb, int64_t F, float scale,

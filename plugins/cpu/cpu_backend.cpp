@@ -105,6 +105,14 @@ void CpuBackend::attention_bias(const Tensor& q, const Tensor& k, const Tensor& 
                                 int hd, const Tensor& out) {
   cpu::attention_bias(q, k, v, bias, heads, hd, out);
 }
+void CpuBackend::attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                    const Tensor& out) {
+  cpu::attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+}
+void CpuBackend::add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                          bool silu, const Tensor& out) {
+  cpu::add_rows(x, d, a, ga, b, gb, silu, out);
+}
 void CpuBackend::normalize_rows(const Tensor& x, float eps) { cpu::normalize_rows(x, eps); }
 void CpuBackend::group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) {
   cpu::group_dots(a, b, groups, scale, out);

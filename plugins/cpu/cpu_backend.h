@@ -45,6 +45,10 @@ class CpuBackend final : public Backend {
   void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) override;
   void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
                       const Tensor& out) override;
+  void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                          const Tensor& out) override;
+  void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb, bool silu,
+                const Tensor& out) override;
   void normalize_rows(const Tensor& x, float eps) override;
   void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override;
   int32_t sample(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng) override;

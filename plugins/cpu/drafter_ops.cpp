@@ -151,6 +151,23 @@ void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   });
 }
 
+void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                        const Tensor& out) {
+  check_attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+  // Unpacked (with the bias added, as mul_add_rows adds it), then attention_bias.
+  const int64_t n = qkv.rows, w = int64_t(heads) * hd;
+  std::vector<float> q(size_t(n * w)), k(q.size()), v(q.size());
+  float* dst[3] = {q.data(), k.data(), v.data()};
+  for (int64_t i = 0; i < n; ++i)
+    for (int p = 0; p < 3; ++p)
+      for (int64_t e = 0; e < w; ++e) {
+        const float x = qkv.row(i)[p * w + e];
+        dst[p][i * w + e] = qkv_bias.data ? x + qkv_bias.f32()[p * w + e] : x;
+      }
+  attention_bias(Tensor::f32(q.data(), n, w), Tensor::f32(k.data(), n, w), Tensor::f32(v.data(), n, w), bias, heads,
+                 hd, out);
+}
+
 void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out) {
   check_tensor("silu_mul", "g", g, g.rows, g.cols);
   check_tensor("silu_mul", "u", u, g.rows, g.cols);
@@ -183,11 +200,17 @@ void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
       for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i] - mx));
       const float lse = mx + float(std::log(sum));
       for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      // NaNs after every number (a strict weak order), and never picked.
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [l](int32_t a, int32_t b) {
+        if (std::isnan(l[a])) return false;
+        if (std::isnan(l[b])) return true;
+        return l[a] > l[b] || (l[a] == l[b] && a < b);
+      });
       for (int j = 0; j < k; ++j) {
-        ids[r * k + j] = order[size_t(j)];
-        logp[r * k + j] = l[order[size_t(j)]] - lse;
+        const int32_t i = order[size_t(j)];
+        const bool none = std::isnan(l[i]);
+        ids[r * k + j] = none ? -1 : i;
+        logp[r * k + j] = (none ? -INFINITY : l[i]) - lse;
       }
     }
   });

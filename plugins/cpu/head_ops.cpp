@@ -1,5 +1,5 @@
-// The LiLiCorr head's ops of the CPU backend (tandem/backend.h: mul_add_rows, normalize_rows,
-// group_dots; attention_bias shares attention_full's row in drafter_ops.cpp): the arithmetic of the
+// The LiLiCorr head's ops of the CPU backend (tandem/backend.h: mul_add_rows, add_rows, normalize_rows,
+// group_dots; attention_bias and attention_bias_qkv share attention_full's row in drafter_ops.cpp): the arithmetic of the
 // plugin's host head (head.cpp), one row at a time.
 #include <algorithm>
 #include <cmath>
@@ -23,6 +23,28 @@ void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t gro
       for (int64_t i = 0; i < D; ++i) {
         const float v = ar ? xr[i] * ar[i] : xr[i];
         o[i] = br ? v + br[i] : v;
+      }
+    }
+  });
+}
+
+void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb, bool silu,
+              const Tensor& out) {
+  check_add_rows(x, d, a, ga, b, gb, out);
+  const int64_t D = x.cols;
+  parallel_for(x.rows, row_grain(D), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.row(r);
+      const float* dr = d.data ? d.row(r) : nullptr;
+      const float* ar = a.data ? a.row(r / ga) : nullptr;
+      const float* br = b.data ? b.row(r / gb) : nullptr;
+      float* o = out.row(r);
+      for (int64_t i = 0; i < D; ++i) {
+        float v = xr[i];
+        if (dr) v += dr[i];
+        if (ar) v += ar[i];
+        if (br) v += br[i];
+        o[i] = silu ? v / (1.0f + std::exp(-v)) : v;
       }
     }
   });

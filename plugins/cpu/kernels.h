@@ -41,10 +41,14 @@ void attention_full_at(const Tensor& q, const Tensor& k, const Tensor& v, float*
 void silu_mul(const Tensor& g, const Tensor& u, const Tensor& out);
 void scale_softcap(const Tensor& x, float s, float cap);
 void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp);
-// The LiLiCorr head's ops (head_ops.cpp; attention_bias in drafter_ops.cpp).
+// The LiLiCorr head's ops (head_ops.cpp; attention_bias and attention_bias_qkv in drafter_ops.cpp).
 void mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out);
 void attention_bias(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, int heads, int hd,
                     const Tensor& out);
+void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                        const Tensor& out);
+void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb, bool silu,
+              const Tensor& out);
 void normalize_rows(const Tensor& x, float eps);
 void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out);
 

@@ -14,13 +14,19 @@ DeviceLinear head_linear(DeviceHeadWeights& d, Model& target, const std::string&
   return load_linear(d.src, target, "lilicorr." + name, l);  // quant.h: NVFP4 through the target's formats
 }
 
-// Rows r0 … r0 + n − 1 of l (with their bias entries).
-Linear rows_of(const Linear& l, int64_t r0, int64_t n) { return slice_rows(l, r0, n); }
-
 // Columns c0 … c0 + n − 1 of l, with its bias or without.
 Linear cols_of(const Linear& l, int64_t c0, int64_t n, bool bias) {
   return slice_cols(l, c0, n, bias, "lilicorr.factor_input_proj");
 }
+
+// l without its bias (the bias goes into a table of the head's instead).
+Linear no_bias(Linear l) {
+  l.b.clear();
+  return l;
+}
+
+// b[e], or 0 for an empty bias.
+float bias_at(const Linear& l, int64_t e) { return l.b.empty() ? 0.0f : l.b[size_t(e)]; }
 
 }  // namespace
 
@@ -32,18 +38,19 @@ std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, 
   const int64_t S = c.slots(), K = c.topk, n = S * K, Hh = c.hidden, B = c.block, R = 2 * B - 1;
   check(c.heads > 0 && Hh % c.heads == 0, "lilicorr head: lilicorr_hidden_size ", Hh, " is not a multiple of ",
         "lilicorr_num_heads ", c.heads);
-  if (!w.token_proj.empty()) d->token_proj = head_linear(*d, target, "token_proj", w.token_proj);
-  d->pass_hidden_proj = head_linear(*d, target, "pass_hidden_proj", w.pass_hidden_proj);
+  if (!w.token_proj.empty()) d->token_proj = head_linear(*d, target, "token_proj", no_bias(w.token_proj));
+  d->pass_hidden_proj = head_linear(*d, target, "pass_hidden_proj", no_bias(w.pass_hidden_proj));
   d->context_proj = head_linear(*d, target, "context_proj", w.context_proj);
   d->feature_up = head_linear(*d, target, "feature_mlp.up_proj", w.feature_up);
-  d->feature_down = head_linear(*d, target, "feature_mlp.down_proj", w.feature_down);
+  d->feature_down = head_linear(*d, target, "feature_mlp.down_proj", no_bias(w.feature_down));
   d->feature_norm_w = w.feature_norm_w;
   d->feature_norm_b = w.feature_norm_b;
   std::vector<float> nodes(size_t(n * Hh));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t e = 0; e < Hh; ++e)
-      nodes[size_t(i * Hh + e)] =
-          w.slot_embedding[size_t((i / K) * Hh + e)] + w.rank_embedding[size_t((i % K) * Hh + e)];
+      nodes[size_t(i * Hh + e)] = w.slot_embedding[size_t((i / K) * Hh + e)] +
+                                  w.rank_embedding[size_t((i % K) * Hh + e)] + bias_at(w.token_proj, e) +
+                                  bias_at(w.feature_down, e) + bias_at(w.pass_hidden_proj, e);
   d->node_embedding = upload_f32(be, nodes);
   // bias[h, i, j] = rel[h, slot_i − slot_j + B − 1] + same[h]·[slot_i = slot_j], as head.cpp adds them.
   std::vector<float> bias(size_t(c.heads * n * n));
@@ -62,9 +69,7 @@ std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, 
     DeviceHeadLayer D;
     D.attn_norm = upload_f32(be, L.attn_norm);
     D.mlp_norm = upload_f32(be, L.mlp_norm);
-    D.q = head_linear(*d, target, p + "attn.q", rows_of(L.in_proj, 0, Hh));
-    D.k = head_linear(*d, target, p + "attn.k", rows_of(L.in_proj, Hh, Hh));
-    D.v = head_linear(*d, target, p + "attn.v", rows_of(L.in_proj, 2 * Hh, Hh));
+    D.qkv = head_linear(*d, target, p + "attn.in_proj", L.in_proj);
     D.out_proj = head_linear(*d, target, p + "attn.out_proj", L.out_proj);
     D.up = head_linear(*d, target, p + "mlp.up_proj", L.up);
     D.down = head_linear(*d, target, p + "mlp.down_proj", L.down);
@@ -75,9 +80,15 @@ std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, 
   d->factor_y = head_linear(*d, target, "factor_input_proj.y", cols_of(w.factor_input_proj, 0, Hh, true));
   d->factor_a = head_linear(*d, target, "factor_input_proj.anchor", cols_of(w.factor_input_proj, Hh, Hh, false));
   d->factor_ya = head_linear(*d, target, "factor_input_proj.product", cols_of(w.factor_input_proj, 2 * Hh, Hh, false));
-  d->out_head = head_linear(*d, target, "out_head", w.out_head);
-  d->in_head = head_linear(*d, target, "in_head", w.in_head);
-  d->anchor_out_head = head_linear(*d, target, "anchor_out_head", w.anchor_out_head);
+  d->out_head = head_linear(*d, target, "out_head", no_bias(w.out_head));
+  d->in_head = head_linear(*d, target, "in_head", no_bias(w.in_head));
+  d->anchor_out_head = head_linear(*d, target, "anchor_out_head", no_bias(w.anchor_out_head));
+  const int64_t F = c.factor;
+  std::vector<float> vb(size_t((2 * n + 1) * F));
+  for (int64_t i = 0; i < 2 * n + 1; ++i)
+    for (int64_t e = 0; e < F; ++e)
+      vb[size_t(i * F + e)] = bias_at(i < n ? w.out_head : i < 2 * n ? w.in_head : w.anchor_out_head, e);
+  d->vector_bias = upload_f32(be, vb);
   return d;
 }
 
@@ -92,15 +103,10 @@ DeviceHead::DeviceHead(Backend& backend, std::shared_ptr<const DeviceHeadWeights
   feat_.resize(size_t(n * 5));
   feat_dev_ = f32(n * 5);
   x_ = f32(n * Hh), h_ = f32(n * Hh), d_ = f32(n * Hh);
-  q_ = f32(n * Hh), k_ = f32(n * Hh), v_ = f32(n * Hh), att_ = f32(n * Hh);
-  const int64_t wide = std::max(c.mlp, Hh);
-  u_ = f32(n * wide);
-  // silu(x) = silu_mul(x, 1): exact, and no op of its own.
-  ones_ = f32(n * wide);
-  const std::vector<float> ones(size_t(n * wide), 1.0f);
-  be_.upload(ones_->data(), ones.data(), ones.size() * sizeof(float));
+  qkv_ = f32(n * 3 * Hh), att_ = f32(n * Hh);
+  u_ = f32(n * c.mlp);
   t_ = f32(S * Hh), alpha_ = f32(Hh), ga_ = f32(Hh);
-  o_ = f32(n * F), in_ = f32(n * F), ao_ = f32(F);
+  vec_ = f32((2 * n + 1) * F);
   scores_ = f32(K + (S - 1) * K * K);
 }
 
@@ -108,13 +114,14 @@ Tensor DeviceHead::buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t c
   return Tensor::f32(static_cast<float*>(b->data()), rows, cols);
 }
 
-void DeviceHead::linear(const DeviceLinear& L, const Tensor& x, const Tensor& y) {
+Tensor DeviceHead::bias(const DeviceLinear& L, int64_t cols) const { return L.bias ? buf(L.bias, 1, cols) : Tensor(); }
+
+void DeviceHead::matmul(const DeviceLinear& L, const Tensor& x, const Tensor& y) {
   const int64_t step = matmul_rows_ > 0 ? matmul_rows_ : x.rows;
   for (int64_t r = 0; r < x.rows; r += step) {
     const int64_t m = std::min(step, x.rows - r);
     L.w->matmul(x.slice_rows(r, m), y.slice_rows(r, m));
   }
-  if (L.bias) be_.mul_add_rows(y, Tensor(), buf(L.bias, 1, y.cols), y.rows, y);
 }
 
 void DeviceHead::score(const Tensor& emb, const float* logp, const Tensor& pass, const Tensor& anchor, bool anchor_valid,
@@ -148,59 +155,58 @@ void DeviceHead::run(const Tensor& emb, const Tensor& pass, const Tensor& anchor
         "lilicorr head: candidates ", emb.rows, "×", emb.cols, ", rows ", pass.rows, "×", pass.cols, ", anchor ",
         anchor.rows, "×", anchor.cols, "; expected ", n, "×", H, ", ", S, "×", H, ", 1×", H);
   auto norm = [](const std::unique_ptr<Buffer>& b) { return static_cast<const float*>(b->data()); };
-  const Tensor x = buf(x_, n, Hh), h = buf(h_, n, Hh), d = buf(d_, n, Hh), u = buf(u_, n, c.mlp);
+  const Tensor x = buf(x_, n, Hh), h = buf(h_, n, Hh), d = buf(d_, n, Hh), u = buf(u_, n, c.mlp), none;
 
-  // Nodes: token_proj(E[c]) + feature_mlp(LN(features)) + pass_hidden_proj(p_s) + slot + rank.
-  if (W.token_proj.w) linear(W.token_proj, emb, x);
-  else be_.copy(emb, x);
-  linear(W.feature_up, buf(feat_dev_, n, 5), h);
-  be_.silu_mul(h, buf(ones_, n, Hh), h);
-  linear(W.feature_down, h, d);
-  be_.add(x, d, x);
+  // Nodes: token_proj(E[c]) + feature_mlp(LN(features)) + pass_hidden_proj(p_s) + slot + rank, the three
+  // linears' biases in the node table: one add_rows.
+  if (W.token_proj.w) matmul(W.token_proj, emb, x);
+  matmul(W.feature_up, buf(feat_dev_, n, 5), h);
+  be_.add_rows(h, none, bias(W.feature_up, Hh), n, none, 1, true, h);
+  matmul(W.feature_down, h, d);
   const Tensor t = buf(t_, S, Hh);
-  linear(W.pass_hidden_proj, pass, t);
-  be_.mul_add_rows(x, Tensor(), t, K, x);
-  be_.add(x, buf(W.node_embedding, n, Hh), x);
+  matmul(W.pass_hidden_proj, pass, t);
+  be_.add_rows(W.token_proj.w ? x : emb, d, t, K, buf(W.node_embedding, n, Hh), 1, false, x);
 
-  // Lattice layers, pre-norm, residual.
-  const Tensor q = buf(q_, n, Hh), k = buf(k_, n, Hh), v = buf(v_, n, Hh), att = buf(att_, n, Hh);
-  const Tensor bias = buf(W.attention_bias, int64_t(c.heads) * n, n);
+  // Lattice layers, pre-norm, residual; q|k|v from one matmul, their bias added by the attention.
+  const Tensor qkv = buf(qkv_, n, 3 * Hh), att = buf(att_, n, Hh);
+  const Tensor abias = buf(W.attention_bias, int64_t(c.heads) * n, n);
   for (const DeviceHeadLayer& L : W.layers) {
     be_.rms_norm(x, norm(L.attn_norm), c.rms_eps, h);
-    linear(L.q, h, q);
-    linear(L.k, h, k);
-    linear(L.v, h, v);
-    be_.attention_bias(q, k, v, bias, c.heads, hd, att);
-    linear(L.out_proj, att, d);
-    be_.add_rms_norm(x, d, norm(L.mlp_norm), c.rms_eps, h);
-    linear(L.up, h, u);
-    be_.silu_mul(u, buf(ones_, n, c.mlp), u);
-    linear(L.down, u, d);
-    be_.add(x, d, x);
+    matmul(L.qkv, h, qkv);
+    be_.attention_bias_qkv(qkv, bias(L.qkv, 3 * Hh), abias, c.heads, hd, att);
+    matmul(L.out_proj, att, d);
+    be_.add_rows(x, d, bias(L.out_proj, Hh), n, none, 1, false, x);
+    be_.rms_norm(x, norm(L.mlp_norm), c.rms_eps, h);
+    matmul(L.up, h, u);
+    be_.add_rows(u, none, bias(L.up, c.mlp), n, none, 1, true, u);
+    matmul(L.down, u, d);
+    be_.add_rows(x, d, bias(L.down, Hh), n, none, 1, false, x);
   }
   const Tensor y = h;
   be_.rms_norm(x, norm(W.output_norm), c.rms_eps, y);
 
-  // Anchor and factors: g = silu(W_y·y + b_f + W_α·α + W_{y⊙α}·(y⊙α)).
+  // Anchor and factors: g = silu(W_y·y + W_{y⊙α}·(y⊙α) + W_α·α + b_f).
   const Tensor alpha = buf(alpha_, 1, Hh), ga = buf(ga_, 1, Hh);
-  linear(W.context_proj, anchor, alpha);
-  if (!anchor_valid) be_.scale_softcap(alpha, 0.0f, 0.0f);
+  matmul(W.context_proj, anchor, alpha);
+  if (anchor_valid) be_.add_rows(alpha, none, bias(W.context_proj, Hh), 1, none, 1, false, alpha);
+  else be_.scale_softcap(alpha, 0.0f, 0.0f);
   be_.rms_norm(alpha, norm(W.anchor_norm), c.rms_eps, alpha);
   const Tensor g = x;  // the lattice state is spent
-  linear(W.factor_y, y, g);
-  be_.mul_add_rows(y, alpha, Tensor(), n, q);
-  linear(W.factor_ya, q, d);
-  be_.add(g, d, g);
-  linear(W.factor_a, alpha, ga);
-  be_.mul_add_rows(g, Tensor(), ga, n, g);
-  be_.silu_mul(g, buf(ones_, n, Hh), g);
-  const Tensor o = buf(o_, n, F), in = buf(in_, n, F), ao = buf(ao_, 1, F);
-  linear(W.out_head, g, o);
-  linear(W.in_head, g, in);
-  linear(W.anchor_out_head, alpha, ao);
-  be_.normalize_rows(o, c.vector_eps);
-  be_.normalize_rows(in, c.vector_eps);
-  be_.normalize_rows(ao, c.vector_eps);
+  const Tensor ya = buf(qkv_, n, Hh);  // and so are q|k|v
+  matmul(W.factor_y, y, g);
+  be_.mul_add_rows(y, alpha, Tensor(), n, ya);
+  matmul(W.factor_ya, ya, d);
+  matmul(W.factor_a, alpha, ga);
+  be_.add_rows(g, d, ga, n, bias(W.factor_y, Hh), n, true, g);
+
+  // o | i | ao in one buffer: their biases (one table) and the normalization are one op each.
+  const Tensor vec = buf(vec_, 2 * n + 1, F);
+  const Tensor o = vec.slice_rows(0, n), in = vec.slice_rows(n, n), ao = vec.slice_rows(2 * n, 1);
+  matmul(W.out_head, g, o);
+  matmul(W.in_head, g, in);
+  matmul(W.anchor_out_head, alpha, ao);
+  be_.add_rows(vec, none, buf(W.vector_bias, 2 * n + 1, F), 1, none, 1, false, vec);
+  be_.normalize_rows(vec, c.vector_eps);
 
   // start[k] = λ⟨ao, i[0, k]⟩; pairs[s][k][k′] = λ⟨o[s, k], i[s + 1, k′]⟩: one download (fetch).
   float* sc = static_cast<float*>(scores_->data());

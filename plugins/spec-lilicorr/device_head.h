@@ -1,6 +1,6 @@
 // The LiLiCorr head (head.h) on the target's backend: its linears loaded once by the target's own weight
 // formats (Model::load_weight, BF16 where the checkpoint's values are BF16), the lattice run as Backend
-// ops (rms_norm, attention_bias, silu_mul, mul_add_rows, normalize_rows, group_dots) and matmuls, so
+// ops (rms_norm, attention_bias_qkv, add_rows, mul_add_rows, normalize_rows, group_dots) and matmuls, so
 // one code path serves a CPU and a CUDA target. Only the start/pair scores come back to the host, for
 // the greedy walk; the five features per node are built on the host from the candidates'
 // log-probabilities (which the drafter downloads anyway) and uploaded. head.cpp stays the fp32 host
@@ -18,33 +18,42 @@
 
 namespace tandem::lilicorr {
 
+// The linears' biases are not added by the matmuls: each goes into the elementwise op after its linear
+// (Backend::add_rows, attention_bias_qkv) or into a table built at load.
 struct DeviceHeadLayer {
   std::unique_ptr<Buffer> attn_norm, mlp_norm;
-  DeviceLinear q, k, v, out_proj, up, down;  // q|k|v: in_proj split by rows
+  DeviceLinear qkv;  // in_proj [3Hh, Hh] as stored: one matmul, q|k|v per output row (its bias: attention_bias_qkv)
+  DeviceLinear out_proj, up, down;
 };
 
 struct DeviceHeadWeights {
   HeadConfig c;
   DeviceLinear token_proj;  // w null when Hh == H (identity)
-  DeviceLinear pass_hidden_proj, context_proj, feature_up, feature_down;
+  DeviceLinear pass_hidden_proj, feature_down;  // without their biases (in node_embedding)
+  DeviceLinear context_proj, feature_up;
   std::vector<float> feature_norm_w, feature_norm_b;  // host: the features are built there
-  std::unique_ptr<Buffer> node_embedding;  // [S·K, Hh]: slot_embedding[s] + rank_embedding[k]
+  // [S·K, Hh]: slot_embedding[s] + rank_embedding[k] + the biases of token_proj, feature_mlp.down_proj and
+  // pass_hidden_proj, so the node sum is one add_rows.
+  std::unique_ptr<Buffer> node_embedding;
   std::unique_ptr<Buffer> attention_bias;  // [heads·S·K, S·K]: relative_slot_bias + same_slot_bias
   std::vector<DeviceHeadLayer> layers;
   std::unique_ptr<Buffer> output_norm, anchor_norm;
   // factor_input_proj [Hh, 3Hh] split by columns: W_y (with the bias), W_α, W_{y⊙α}.
   DeviceLinear factor_y, factor_a, factor_ya;
+  // Without their biases: those are one table [2·S·K + 1, F] (out_head's for S·K rows, in_head's for S·K,
+  // anchor_out_head's), matching the head's outputs o | i | ao, which lie in one buffer.
   DeviceLinear out_head, in_head, anchor_out_head;
+  std::unique_ptr<Buffer> vector_bias;
   WeightSource src;
 };
 
 // Loads `w` onto the target's backend with the target's formats.
 std::shared_ptr<const DeviceHeadWeights> load_device_head(const HeadWeights& w, Model& target);
 
-// Rows per matmul call of the head by default: the lattice's S·K rows go through the target's formats in
-// chunks of this many, which keeps CUDA's dense BF16 weights on their GEMV path (≤ 16 rows) rather than
-// the tiled kernel, whose 1024-wide outputs fill only 16 blocks (docs/decisions.md: the estimate).
-constexpr int64_t kHeadMatmulRows = 16;
+// Rows per matmul call of the head by default: 0, all S·K rows in one call per linear. (16-row calls kept
+// CUDA's dense BF16 weights on their GEMV path; at Bolt geometry one 56-row call measured faster even so,
+// 1,025 vs 1,150 µs a head, and 17–64 rows are the dense tensor-core GEMM's case.)
+constexpr int64_t kHeadMatmulRows = 0;
 
 class DeviceHead {
  public:
@@ -66,14 +75,17 @@ class DeviceHead {
 
  private:
   Tensor buf(const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) const;
-  // y = x·Wᵀ + b, in calls of matmul_rows_ rows.
-  void linear(const DeviceLinear& L, const Tensor& x, const Tensor& y);
+  // L's bias as a [1, cols] tensor (empty when it has none).
+  Tensor bias(const DeviceLinear& L, int64_t cols) const;
+  // y = x·Wᵀ without L's bias, in calls of matmul_rows_ rows.
+  void matmul(const DeviceLinear& L, const Tensor& x, const Tensor& y);
 
   Backend& be_;
   std::shared_ptr<const DeviceHeadWeights> w_;
   int64_t matmul_rows_;
   std::vector<float> feat_;  // host [S·K, 5]
-  std::unique_ptr<Buffer> feat_dev_, x_, h_, d_, q_, k_, v_, att_, u_, ones_, t_, alpha_, ga_, o_, in_, ao_, scores_;
+  // vec_: o [S·K, F] | i [S·K, F] | ao [1, F], normalized in one call.
+  std::unique_ptr<Buffer> feat_dev_, x_, h_, d_, qkv_, att_, u_, t_, alpha_, ga_, vec_, scores_;
 };
 
 }  // namespace tandem::lilicorr

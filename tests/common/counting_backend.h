@@ -111,6 +111,14 @@ class CountingBackend final : public Backend {
                       const Tensor& out) override {
     in_->attention_bias(q, k, v, bias, heads, hd, out);
   }
+  void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                          const Tensor& out) override {
+    in_->attention_bias_qkv(qkv, qkv_bias, bias, heads, hd, out);
+  }
+  void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb, bool silu,
+                const Tensor& out) override {
+    in_->add_rows(x, d, a, ga, b, gb, silu, out);
+  }
   void normalize_rows(const Tensor& x, float eps) override { in_->normalize_rows(x, eps); }
   void group_dots(const Tensor& a, const Tensor& b, int64_t groups, float scale, const Tensor& out) override {
     in_->group_dots(a, b, groups, scale, out);

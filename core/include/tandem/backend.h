@@ -198,8 +198,9 @@ class Backend {
     fail("backend '", device(), "' has no scale_softcap");
   }
   // Per row of logits [n, V]: the k largest (descending; the lower id first on ties) as ids [n, k]
-  // and their log_softmax values logp [n, k] (max + log Σ exp(l − max) over the whole row); ids and
-  // logp in this backend's memory. 1 ≤ k ≤ kMaxTopK.
+  // and their log_softmax values logp [n, k] (max + log Σ exp(l − max) over the whole row, NaN when the
+  // row holds a NaN or only −inf); ids and logp in this backend's memory. 1 ≤ k ≤ kMaxTopK. NaNs are
+  // never picked: a row with fewer than k other values ends in id −1, logp −inf − lse.
   static constexpr int kMaxTopK = 64;
   virtual void top_k_logprobs(const Tensor& logits, int k, int32_t* ids, float* logp) {
     (void)logits, (void)k, (void)ids, (void)logp;
@@ -222,6 +223,23 @@ class Backend {
                               const Tensor& out) {
     (void)q, (void)k, (void)v, (void)bias, (void)heads, (void)hd, (void)out;
     fail("backend '", device(), "' has no attention_bias");
+  }
+  // attention_bias() with q|k|v packed per row: qkv [n, 3·heads·hd] (row i: q_i, k_i, v_i, one fused
+  // projection's output) and qkv_bias [1, 3·heads·hd] added to every row first (empty: none), as
+  // mul_add_rows would add it. bias [heads·n, n]; out [n, heads·hd].
+  virtual void attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                  const Tensor& out) {
+    (void)qkv, (void)qkv_bias, (void)bias, (void)heads, (void)hd, (void)out;
+    fail("backend '", device(), "' has no attention_bias_qkv");
+  }
+  // Sums of rows with broadcasts, then silu if asked: out[r] = f(((x[r] + d[r]) + a[r / ga]) + b[r / gb])
+  // for the rows r of x [n, D], added left to right; d [n, D], a [n / ga, D] and b [n / gb, D] may be
+  // empty (data null: left out; ga, gb ≥ 1 divide n); f(v) = v / (1 + e^−v) when `silu`, else v. out [n, D]
+  // may alias x or d. (A linear's bias: a [1, D], ga = n; a residual: d; a per-slot row: ga = its nodes.)
+  virtual void add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                        bool silu, const Tensor& out) {
+    (void)x, (void)d, (void)a, (void)ga, (void)b, (void)gb, (void)silu, (void)out;
+    fail("backend '", device(), "' has no add_rows");
   }
   // x ← x / max(‖x‖₂, eps) per row, in place.
   virtual void normalize_rows(const Tensor& x, float eps) {

@@ -31,7 +31,8 @@ inline void check_rope(const char* op, const Tensor& x, int heads, int hd, int64
   check(pos0 >= 0, op, ": position ", pos0, " is negative");
 }
 
-// The LiLiCorr head's ops (Backend::mul_add_rows, attention_bias, normalize_rows, group_dots).
+// The LiLiCorr head's ops (Backend::mul_add_rows, attention_bias, attention_bias_qkv, add_rows, normalize_rows,
+// group_dots).
 inline void check_mul_add_rows(const Tensor& x, const Tensor& a, const Tensor& b, int64_t group, const Tensor& out) {
   check(group >= 1 && x.rows % group == 0, "mul_add_rows: group ", group, " does not divide ", x.rows, " rows");
   check_tensor("mul_add_rows", "x", x, x.rows, x.cols);
@@ -49,6 +50,32 @@ inline void check_attention_bias(const Tensor& q, const Tensor& k, const Tensor&
   check_tensor("attention_bias", "v", v, n, w);
   check_tensor("attention_bias", "bias", bias, int64_t(heads) * n, n);
   check_tensor("attention_bias", "out", out, n, w);
+}
+
+inline void check_attention_bias_qkv(const Tensor& qkv, const Tensor& qkv_bias, const Tensor& bias, int heads, int hd,
+                                     const Tensor& out) {
+  check(heads > 0 && hd > 0, "attention_bias_qkv: heads and head_dim must be positive, found heads=", heads, " hd=",
+        hd);
+  const int64_t n = qkv.rows, w = int64_t(heads) * hd;
+  check_tensor("attention_bias_qkv", "qkv", qkv, n, 3 * w);
+  if (qkv_bias.data) check_tensor("attention_bias_qkv", "qkv_bias", qkv_bias, 1, 3 * w);
+  check_tensor("attention_bias_qkv", "bias", bias, int64_t(heads) * n, n);
+  check_tensor("attention_bias_qkv", "out", out, n, w);
+}
+
+inline void check_add_rows(const Tensor& x, const Tensor& d, const Tensor& a, int64_t ga, const Tensor& b, int64_t gb,
+                           const Tensor& out) {
+  check_tensor("add_rows", "x", x, x.rows, x.cols);
+  if (d.data) check_tensor("add_rows", "d", d, x.rows, x.cols);
+  if (a.data) {
+    check(ga >= 1 && x.rows % ga == 0, "add_rows: group ", ga, " of a does not divide ", x.rows, " rows");
+    check_tensor("add_rows", "a", a, x.rows / ga, x.cols);
+  }
+  if (b.data) {
+    check(gb >= 1 && x.rows % gb == 0, "add_rows: group ", gb, " of b does not divide ", x.rows, " rows");
+    check_tensor("add_rows", "b", b, x.rows / gb, x.cols);
+  }
+  check_tensor("add_rows", "out", out, x.rows, x.cols);
 }
 
 inline void check_group_dots(const Tensor& a, const Tensor& b, int64_t groups, const Tensor& out) {

@@ -203,24 +203,104 @@ TEST_F(CudaDrafterOps, SiluMulAndScaleSoftcapMatchCpu) {
   }
 }
 
+// top_k_logprobs on the GPU and the CPU twin: ids identical, logp within 1e-6 relative (below |logp| 4,
+// 4e-6 absolute: the two sum Σ exp in other orders, so lse may differ in its last bit, 1.9e-6 at 16…32).
+void expect_top_k_matches_cpu(CudaBackend& be, const std::vector<float>& l, int64_t rows, int64_t vocab, int k,
+                              const std::string& what) {
+  std::vector<int32_t> ids(size_t(rows * k));
+  std::vector<float> lp(size_t(rows * k));
+  cpu::top_k_logprobs(Tensor::f32(const_cast<float*>(l.data()), rows, vocab), k, ids.data(), lp.data());
+  auto dl = to_device(be, l);
+  auto did = to_device(be, std::vector<int32_t>(ids.size(), -7));
+  auto dlp = poisoned_device(be, lp.size());
+  be.top_k_logprobs(Tensor::f32(dl.p(), rows, vocab), k, did.p(), dlp.p());
+  const auto got_ids = to_host(be, did);
+  const auto got_lp = to_host(be, dlp);
+  EXPECT_EQ(got_ids, ids) << what;
+  record(("top_k_logprobs " + what).c_str(), max_rel_err(got_lp, lp, 4.0), 1e-6);
+  for (size_t i = 0; i < lp.size(); ++i)
+    if (std::isinf(lp[i])) EXPECT_EQ(got_lp[i], lp[i]) << what << " entry " << i;
+  // Run again: the same bits (the merge order is fixed, not the order the blocks finished in).
+  auto dlp2 = poisoned_device(be, lp.size());
+  be.top_k_logprobs(Tensor::f32(dl.p(), rows, vocab), k, did.p(), dlp2.p());
+  EXPECT_TRUE(same_bits(to_host(be, dlp2), got_lp)) << what;
+}
+
+std::string top_k_name(int64_t rows, int64_t vocab, int k) {
+  return std::to_string(rows) + "×" + std::to_string(vocab) + " top-" + std::to_string(k);
+}
+
 TEST_F(CudaDrafterOps, TopKLogprobsMatchesCpuWithTies) {
   for (auto [rows, vocab, k] : {std::tuple{7, 1024, 8}, std::tuple{7, 131072, 8}, std::tuple{3, 50, 1},
-                                std::tuple{2, 4096, 64}}) {
-    auto l = random_vec(size_t(rows * vocab), uint64_t(vocab), -8.f, 8.f);
-    // Ties at the top: the lower id comes first.
+                                std::tuple{2, 4096, 64}, std::tuple{1, 131072, 8}, std::tuple{16, 131072, 8},
+                                std::tuple{7, 131072 + 37, 8}, std::tuple{4, 4097, 64}, std::tuple{16, 4095, 1},
+                                std::tuple{7, 131072, 64}, std::tuple{2, 300001, 8}, std::tuple{1, 64, 64}}) {
+    auto l = random_vec(size_t(rows * vocab), uint64_t(vocab + k), -8.f, 8.f);
+    // Ties at the top: the lower id comes first, also across chunks of the row (4096 logits each).
     l[5] = l[17] = 20.0f;
-    l[size_t(vocab) + 3] = l[size_t(vocab) + 2] = 19.0f;
+    if (vocab > 4099) l[4099] = 20.0f;
+    if (rows > 1) l[size_t(vocab) + 3] = l[size_t(vocab) + 2] = 19.0f;
+    if (rows > 2) {  // many equal values: the top-k is the lowest ids among them
+      for (int64_t i = 0; i < vocab; i += 3) l[size_t(2 * vocab + i)] = 7.5f;
+    }
+    if (rows > 3 && vocab > 4096) {  // a chunk of only −inf beside finite chunks
+      for (int64_t i = 0; i < 4096; ++i) l[size_t(3 * vocab + i)] = -INFINITY;
+    }
     std::vector<int32_t> ids(size_t(rows * k));
     std::vector<float> lp(size_t(rows * k));
     cpu::top_k_logprobs(Tensor::f32(l.data(), rows, vocab), k, ids.data(), lp.data());
     EXPECT_EQ(ids[0], 5);
     if (k > 1) EXPECT_EQ(ids[1], 17);
-    auto dl = to_device(*be, l);
-    auto did = to_device(*be, std::vector<int32_t>(ids.size(), -7));
-    auto dlp = poisoned_device(*be, lp.size());
-    be->top_k_logprobs(Tensor::f32(dl.p(), rows, vocab), k, did.p(), dlp.p());
-    EXPECT_EQ(to_host(*be, did), ids) << vocab << " × top-" << k;
-    record(("top_k_logprobs " + std::to_string(vocab)).c_str(), max_rel_err(to_host(*be, dlp), lp), 1e-5);
+    expect_top_k_matches_cpu(*be, l, rows, vocab, k, top_k_name(rows, vocab, k));
+  }
+}
+
+TEST_F(CudaDrafterOps, TopKLogprobsNeverPicksNanAndKeepsInfinities) {
+  for (auto [vocab, k] : {std::pair{int64_t(64), 64}, std::pair{int64_t(131072), 8}, std::pair{int64_t(5000), 64},
+                          std::pair{int64_t(8193), 1}}) {
+    const int64_t rows = 6;
+    auto l = random_vec(size_t(rows * vocab), uint64_t(vocab), -8.f, 8.f);
+    auto at = [&](int64_t r, int64_t i) -> float& { return l[size_t(r * vocab + i)]; };
+    // Row 0: NaNs (one where the max would be): logp all NaN, ids the top-k of the rest.
+    at(0, 0) = NAN, at(0, vocab - 1) = NAN, at(0, vocab / 2) = NAN;
+    // Row 1: −inf entries among finite ones, and a few values only (the rest −inf): −inf is picked last.
+    for (int64_t i = 3; i < vocab; ++i) at(1, i) = -INFINITY;
+    // Row 2: only −inf: log_softmax is NaN, the ids are the lowest k.
+    for (int64_t i = 0; i < vocab; ++i) at(2, i) = -INFINITY;
+    // Row 3: +inf twice: the ids come first (lower first), logp NaN.
+    at(3, vocab - 2) = INFINITY, at(3, 1) = INFINITY;
+    // Row 4: all NaN but two: the rest of the ids are −1.
+    for (int64_t i = 0; i < vocab; ++i) at(4, i) = i == 7 || i == vocab - 1 ? float(i) : NAN;
+    // Row 5: NaN in every chunk but one finite value per chunk.
+    for (int64_t i = 0; i < vocab; ++i) at(5, i) = i % 4096 == 100 ? float(i % 13) : NAN;
+    std::vector<int32_t> ids(size_t(rows * k));
+    std::vector<float> lp(size_t(rows * k));
+    cpu::top_k_logprobs(Tensor::f32(l.data(), rows, vocab), k, ids.data(), lp.data());
+    EXPECT_EQ(ids[size_t(4 * k)], int32_t(vocab - 1));
+    if (k > 2) EXPECT_EQ(ids[size_t(4 * k + 2)], -1);
+    for (int j = 0; j < k; ++j) EXPECT_NE(ids[size_t(j)], 0);
+    expect_top_k_matches_cpu(*be, l, rows, vocab, k, "edge rows " + top_k_name(rows, vocab, k));
+  }
+}
+
+TEST_F(CudaDrafterOps, TopKLogprobsRowsAreBatchInvariant) {
+  const int64_t rows = 16, vocab = 131072 + 5;
+  const int k = 8;
+  auto l = random_vec(size_t(rows * vocab), 99, -12.f, 12.f);
+  auto dl = to_device(*be, l);
+  auto did = to_device(*be, std::vector<int32_t>(size_t(rows * k), -7));
+  auto dlp = poisoned_device(*be, size_t(rows * k));
+  be->top_k_logprobs(Tensor::f32(dl.p(), rows, vocab), k, did.p(), dlp.p());
+  const auto all_ids = to_host(*be, did);
+  const auto all_lp = to_host(*be, dlp);
+  for (int64_t r : {int64_t(0), int64_t(9), rows - 1}) {
+    auto d1 = to_device(*be, std::vector<float>(l.begin() + r * vocab, l.begin() + (r + 1) * vocab));
+    auto i1 = to_device(*be, std::vector<int32_t>(size_t(k), -7));
+    auto p1 = poisoned_device(*be, size_t(k));
+    be->top_k_logprobs(Tensor::f32(d1.p(), 1, vocab), k, i1.p(), p1.p());
+    EXPECT_EQ(to_host(*be, i1), std::vector<int32_t>(all_ids.begin() + r * k, all_ids.begin() + (r + 1) * k)) << r;
+    EXPECT_TRUE(same_bits(to_host(*be, p1), std::vector<float>(all_lp.begin() + r * k, all_lp.begin() + (r + 1) * k)))
+        << "row " << r;
   }
 }
 

@@ -198,5 +198,21 @@ TEST(CpuDrafterOps, TopKLogprobsIsDescendingWithTheLowerIdFirstOnTies) {
   EXPECT_THROW(be.top_k_logprobs(Tensor::f32(l.data(), 2, 5), 6, ids.data(), lp.data()), Error);
 }
 
+TEST(CpuDrafterOps, TopKLogprobsNeverPicksNan) {
+  cpu::CpuBackend be;
+  // Row 0: a NaN first and where the max would be; row 1: NaNs and −inf, fewer than k numbers.
+  std::vector<float> l = {NAN, 3.f, NAN, 3.f, -INFINITY, /* row 1 */ NAN, -INFINITY, NAN, 2.f, NAN};
+  std::vector<int32_t> ids(6);
+  std::vector<float> lp(6);
+  be.top_k_logprobs(Tensor::f32(l.data(), 2, 5), 3, ids.data(), lp.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4, 3, 1, -1}));
+  for (float v : lp) EXPECT_TRUE(std::isnan(v));  // log_softmax of a row holding a NaN
+  std::vector<float> m = {-INFINITY, 1.f, -INFINITY};
+  be.top_k_logprobs(Tensor::f32(m.data(), 1, 3), 3, ids.data(), lp.data());
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 3), (std::vector<int32_t>{1, 0, 2}));
+  EXPECT_EQ(lp[0], 0.f);
+  EXPECT_EQ(lp[1], -INFINITY);
+}
+
 }  // namespace
 }  // namespace tandem::test
