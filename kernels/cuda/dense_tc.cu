@@ -479,7 +479,9 @@ struct Variant {
 constexpr Variant kVariants[] = {{"base", 0, false}, {"x8", 8, false},    {"x16", 16, false},
                                  {"m32", 0, true},   {"x8m32", 8, true}, {"x16m32", 16, true}};
 constexpr int kVariantCount = int(sizeof kVariants / sizeof kVariants[0]);
-constexpr int kDefaultVariant = 4;  // x8m32
+// m32: the 32-row tiling paid 1.3–2.2× at 17…64 rows on the H200; the x ring did not (one row 0–20 %
+// slower: x's latency was not what bound it), so the default keeps XD = 0 (docs/benchmarks.md, 2026-12-03).
+constexpr int kDefaultVariant = 3;  // m32
 
 int variant_by_name(const char* name) {
   for (int i = 0; i < kVariantCount; ++i)
@@ -544,8 +546,10 @@ void matmul_typed(const void* wp, int64_t m, int64_t k, const float* x, int64_t 
     }
     return gemv_of<T, 0>(w, m, k, x, int(n), xvec, y, s);
   }
+  // 32-row tiles up to 32 rows; 33…64 rows only where the 64 × 64 tiling leaves SMs idle (measured on
+  // the H200, 2026-12-03: [4096, 4096] at 64 rows 83.6 vs 105.6 µs, but [12288, 4096] 208.9 vs 146.4).
   if (v.m32 && n <= 32) return launch_gemm<T, 1, 4, 2, 1, 8>(w, m, k, x, n, xvec, y, s);
-  if (v.m32 && n <= 64) return launch_gemm<T, 1, 4, 2, 2, 8>(w, m, k, x, n, xvec, y, s);
+  if (v.m32 && n <= 64 && ceil_div(m, 64) < sm_count()) return launch_gemm<T, 1, 4, 2, 2, 8>(w, m, k, x, n, xvec, y, s);
   // 128 × 128 tiles once they fill the SMs (prefill), 64 × 64 below (catch-up and verify batches).
   if (ceil_div(m, 128) * ceil_div(n, 128) >= sm_count())
     launch_gemm<T, 4, 2, 2, 8, 4>(w, m, k, x, n, xvec, y, s);
