@@ -77,6 +77,69 @@ struct GemmArgs {
   const int32_t* ntiles = nullptr;
 };
 
+// One group of a warp's 2 m16 × nt_active n8 tiles, shared by the block GEMM and the one-copy GEMM
+// (gemm_tc_cuda.cuh): the A fragments wa (rows g) and wb (rows g + 8) of each m16 tile with their
+// scales, times the staged activations of the lane's first column at xg (hi, lo; the next n8 tile's
+// column 8 · kGemmColBytes further), folded into acc as the numbers above say.
+template <bool kScalePerStep>
+__device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint32_t (&wa)[2][4],
+                                               const uint32_t (&wb)[2][4], const float (&sa)[2][2],
+                                               const float (&sb)[2][2], const unsigned char* xg, int nt_active) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (nt >= nt_active) break;
+    const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
+    const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      float* ac = acc[mt][nt];
+      if constexpr (kScalePerStep) {
+#pragma unroll
+        for (int js = 0; js < 2; ++js) {
+          float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          const uint32_t a0 = wa[mt][2 * js], a1 = wb[mt][2 * js], a2 = wa[mt][2 * js + 1], a3 = wb[mt][2 * js + 1];
+          cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
+          cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
+          ac[0] = fmaf(sa[mt][js], t[0], ac[0]);
+          ac[1] = fmaf(sa[mt][js], t[1], ac[1]);
+          ac[2] = fmaf(sb[mt][js], t[2], ac[2]);
+          ac[3] = fmaf(sb[mt][js], t[3], ac[3]);
+        }
+      } else {
+        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], hi.x, hi.y);
+        cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], lo.x, lo.y);
+        cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], hi.z, hi.w);
+        cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], lo.z, lo.w);
+        ac[0] = fmaf(sa[mt][0], t[0], ac[0]);
+        ac[1] = fmaf(sa[mt][0], t[1], ac[1]);
+        ac[2] = fmaf(sb[mt][0], t[2], ac[2]);
+        ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
+      }
+    }
+  }
+}
+
+// A warp's outputs: lane (g, q) holds rows g, g + 8 of each m16 tile (o_lane: its first) and columns
+// 2q, 2q + 1 of each n8 tile (c_lane: its first), column c going to y row col_y[c] scaled by
+// col_down[c] · scale.
+__device__ __forceinline__ void gemm_store(const float (&acc)[2][8][4], int nt_active, int64_t o_lane, int c_lane,
+                                           int ncols, int64_t m, const int* col_y, const float* col_down,
+                                           float scale, float* y, int epilogue) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (nt >= nt_active) break;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t o = o_lane + mt * 16 + 8 * (i >> 1);
+        const int cc = c_lane + nt * 8 + (i & 1);
+        if (cc < ncols && o < m) store_out(y + int64_t(col_y[cc]) * m + o, acc[mt][nt][i] * col_down[cc] * scale, epilogue);
+      }
+    }
+}
+
 // Row r of x, scaled by a power of two 2^−e (max |x'| in [2^14, 2^15)) and split into fp16 hi + lo:
 // per 32-element group 128 bytes, lane class q's 8 hi then 8 lo halves in Mma<Q>::place order (the
 // GEMV's staging layout), zero past k to whole steps; xdown[r] = 2^e. One block per row.
@@ -328,56 +391,12 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
         M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt]);
         M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt]);
       }
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (nt >= nt_active) break;
-        const unsigned char* sg = xst + (wn * 64 + nt * 8 + g) * kGemmColBytes + gi * 128 + q * 32;
-        const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          float* ac = acc[mt][nt];
-          if constexpr (M::kScalePerStep) {
-#pragma unroll
-            for (int js = 0; js < 2; ++js) {
-              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              const uint32_t a0 = wa[mt][2 * js], a1 = wb[mt][2 * js], a2 = wa[mt][2 * js + 1], a3 = wb[mt][2 * js + 1];
-              cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
-              cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
-              ac[0] = fmaf(sa[mt][js], t[0], ac[0]);
-              ac[1] = fmaf(sa[mt][js], t[1], ac[1]);
-              ac[2] = fmaf(sb[mt][js], t[2], ac[2]);
-              ac[3] = fmaf(sb[mt][js], t[3], ac[3]);
-            }
-          } else {
-            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], hi.x, hi.y);
-            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], lo.x, lo.y);
-            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], hi.z, hi.w);
-            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], lo.z, lo.w);
-            ac[0] = fmaf(sa[mt][0], t[0], ac[0]);
-            ac[1] = fmaf(sa[mt][0], t[1], ac[1]);
-            ac[2] = fmaf(sb[mt][0], t[2], ac[2]);
-            ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
-          }
-        }
-      }
+      gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32, nt_active);
     }
   }
   cp_async_wait<0>();  // only empty groups can be pending
   // Lane (g, q) holds rows g, g + 8 of each m16 tile and columns 2q, 2q + 1 of each n8 tile.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      if (nt >= nt_active) break;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t o = o0 + wm * 32 + mt * 16 + g + 8 * (i >> 1);
-        const int cc = wn * 64 + nt * 8 + 2 * q + (i & 1);
-        if (cc < ncols && o < p.m)
-          store_out(p.y + int64_t(col_y[cc]) * p.m + o, acc[mt][nt][i] * col_down[cc] * scale, p.epilogue);
-      }
-    }
+  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * 64 + 2 * q, ncols, p.m, col_y, col_down, scale, p.y, p.epilogue);
 }
 
 // The workspace of gemm_entry: the split activations and their scales; for a gather also the sorted

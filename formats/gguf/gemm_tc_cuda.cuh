@@ -211,55 +211,11 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
       float sa[2][2], sb[2][2];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) W::group(wst + (wm * 2 + mt) * TB, s, gi, lane, wa[mt], wb[mt], sa[mt], sb[mt]);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (nt >= nt_active) break;
-        const unsigned char* sg = xst + (wn * 64 + nt * 8 + g) * kGemmColBytes + gi * 128 + q * 32;
-        const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          float* ac = acc[mt][nt];
-          if constexpr (M::kScalePerStep) {
-#pragma unroll
-            for (int js = 0; js < 2; ++js) {
-              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              const uint32_t a0 = wa[mt][2 * js], a1 = wb[mt][2 * js], a2 = wa[mt][2 * js + 1], a3 = wb[mt][2 * js + 1];
-              cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
-              cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
-              ac[0] = fmaf(sa[mt][js], t[0], ac[0]);
-              ac[1] = fmaf(sa[mt][js], t[1], ac[1]);
-              ac[2] = fmaf(sb[mt][js], t[2], ac[2]);
-              ac[3] = fmaf(sb[mt][js], t[3], ac[3]);
-            }
-          } else {
-            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], hi.x, hi.y);
-            cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], lo.x, lo.y);
-            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], hi.z, hi.w);
-            cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], lo.z, lo.w);
-            ac[0] = fmaf(sa[mt][0], t[0], ac[0]);
-            ac[1] = fmaf(sa[mt][0], t[1], ac[1]);
-            ac[2] = fmaf(sb[mt][0], t[2], ac[2]);
-            ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
-          }
-        }
-      }
+      gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32, nt_active);
     }
   }
   cp_async_wait<0>();  // only empty groups can be pending
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      if (nt >= nt_active) break;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t o = o0 + wm * 32 + mt * 16 + g + 8 * (i >> 1);
-        const int cc = wn * 64 + nt * 8 + 2 * q + (i & 1);
-        if (cc < ncols && o < a.m)
-          store_out(a.y + int64_t(col_x[cc]) * a.m + o, acc[mt][nt][i] * col_down[cc] * a.scale, a.epilogue);
-      }
-    }
+  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * 64 + 2 * q, ncols, a.m, col_x, col_down, a.scale, a.y, a.epilogue);
 }
 
 // The workspace of launch_gemm_tc: gemm_cuda.cuh's for a plain matmul of n rows of k.
