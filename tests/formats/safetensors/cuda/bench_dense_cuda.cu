@@ -62,27 +62,47 @@ double copy_gbs() {
   return 2.0 * double(bytes) / (ms * 1e6);
 }
 
-void bench(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
-  const cuda::WType t = f16 ? cuda::WType::F16 : cuda::WType::BF16;
-  const size_t bytes = size_t(m * k) * 2;
-  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
-  const std::vector<uint16_t> host = random_weight(f16, size_t(m * k), uint64_t(m * 31 + k));
-  std::vector<void*> w(static_cast<size_t>(copies), nullptr);
-  for (void*& p : w) {
-    ck(cudaMalloc(&p, bytes), "malloc weights");
-    ck(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload weights");
+// One timed problem: enough copies of a random [m, k] weight to defeat L2 (≥ 256 MiB), a random x of
+// n rows and an output y, freed with the problem.
+struct Problem {
+  cuda::WType t;
+  int64_t m, k, n;
+  size_t bytes;
+  int copies;
+  std::vector<void*> w;
+  float *x = nullptr, *y = nullptr;
+  Problem(bool f16, int64_t m_, int64_t k_, int64_t n_, uint64_t seed)
+      : t(f16 ? cuda::WType::F16 : cuda::WType::BF16), m(m_), k(k_), n(n_), bytes(size_t(m_ * k_) * 2),
+        copies(int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1))), w(size_t(copies), nullptr) {
+    const std::vector<uint16_t> host = random_weight(f16, size_t(m * k), uint64_t(m * 31 + k));
+    for (void*& p : w) {
+      ck(cudaMalloc(&p, bytes), "malloc weights");
+      ck(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload weights");
+    }
+    std::vector<float> hx(size_t(n * k));
+    for (float& v : hx) v = float(int64_t(next(seed) % 2000001) - 1000000) * 1e-6f;
+    ck(cudaMalloc(&x, hx.size() * 4), "malloc x");
+    ck(cudaMalloc(&y, size_t(n * m) * 4), "malloc y");
+    ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "upload x");
   }
-  std::vector<float> hx(size_t(n * k));
-  uint64_t s = 12345;
-  for (float& v : hx) v = float(int64_t(next(s) % 2000001) - 1000000) * 1e-6f;
-  float *x, *y;
-  ck(cudaMalloc(&x, hx.size() * 4), "malloc x");
-  ck(cudaMalloc(&y, size_t(n * m) * 4), "malloc y");
-  ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "upload x");
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+  ~Problem() {
+    for (void* p : w) cudaFree(p);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  // y = x · W_iᵀ with the i-th copy of the weight.
+  void call(int i) const { cuda::launch_dense_matmul(t, w[size_t(i % copies)], m, k, x, n, y, cudaStreamPerThread); }
+};
+
+void bench(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
+  const Problem pr(f16, m, k, n, 12345);
+  const size_t bytes = pr.bytes;
+  const int copies = pr.copies;
+  float* y = pr.y;
   ck(cudaMemset(y, 0xFF, size_t(n * m) * 4), "poison y");
-  auto call = [&](int i) {
-    cuda::launch_dense_matmul(t, w[size_t(i % copies)], m, k, x, n, y, cudaStreamPerThread);
-  };
+  auto call = [&](int i) { pr.call(i); };
   const int calls = std::max(copies, n >= 1024 ? 4 : 20);
   const double stream_ms = time_stream(call, calls), graph_ms = time_graph(call, calls);
   std::vector<float> hy(size_t(n * m));
@@ -99,36 +119,21 @@ void bench(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
                 (long long)n);
   std::printf("%-30s graph %9.2f us  stream %9.2f us  %7.0f GB/s  %5.1f%% of copy  %7.2f TFLOP/s\n", name,
               graph_ms * 1e3, stream_ms * 1e3, gbs, 100 * gbs / copy, 2.0 * double(m * k) * double(n) / (ms * 1e9));
-  for (void* p : w) cudaFree(p);
-  cudaFree(x);
-  cudaFree(y);
 }
 
 // Every variant on one shape and row count: graph µs and % of copy, and the largest |Δ| of its output
 // against the default variant's (bits: NaN counts as a difference). Returns false on any difference.
 bool bench_variants(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
-  const cuda::WType t = f16 ? cuda::WType::F16 : cuda::WType::BF16;
-  const size_t bytes = size_t(m * k) * 2;
-  const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / bytes + 1));
-  const std::vector<uint16_t> host = random_weight(f16, size_t(m * k), uint64_t(m * 31 + k));
-  std::vector<void*> w(static_cast<size_t>(copies), nullptr);
-  for (void*& p : w) {
-    ck(cudaMalloc(&p, bytes), "malloc weights");
-    ck(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "upload weights");
-  }
-  std::vector<float> hx(size_t(n * k));
-  uint64_t s = 12345 + uint64_t(n);
-  for (float& v : hx) v = float(int64_t(next(s) % 2000001) - 1000000) * 1e-6f;
-  float *x, *y;
-  ck(cudaMalloc(&x, hx.size() * 4), "malloc x");
-  ck(cudaMalloc(&y, size_t(n * m) * 4), "malloc y");
-  ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "upload x");
+  const Problem pr(f16, m, k, n, 12345 + uint64_t(n));
+  const size_t bytes = pr.bytes;
+  const int copies = pr.copies;
+  float* y = pr.y;
   const std::string dflt = cuda::dense_tc_variant();
   std::vector<float> ref, hy(size_t(n * m));
   auto result = [&](const char* v) {
     cuda::set_dense_tc_variant(v);
     ck(cudaMemset(y, 0xFF, size_t(n * m) * 4), "poison y");
-    cuda::launch_dense_matmul(t, w[0], m, k, x, n, y, cudaStreamPerThread);
+    pr.call(0);
     ck(cudaStreamSynchronize(cudaStreamPerThread), "matmul");
     ck(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost), "download y");
   };
@@ -146,7 +151,7 @@ bool bench_variants(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
       diff = std::max(diff, std::isnan(d) ? INFINITY : d > 0 ? d : 1e-300);  // 1e-300: ±0, equal values
     }
     same = same && diff == 0;
-    auto call = [&](int c) { cuda::launch_dense_matmul(t, w[size_t(c % copies)], m, k, x, n, y, cudaStreamPerThread); };
+    auto call = [&](int c) { pr.call(c); };
     const double ms = time_graph(call, std::max(copies, 20));
     const double gbs = double(bytes) / (ms * 1e6);
     std::printf("  %s %7.2f us %3.0f%%%s", v, ms * 1e3, 100 * gbs / copy, diff == 0 ? "" : " DIFF");
@@ -154,9 +159,6 @@ bool bench_variants(bool f16, int64_t m, int64_t k, int64_t n, double copy) {
   }
   std::printf("\n");
   cuda::set_dense_tc_variant(dflt.c_str());
-  for (void* p : w) cudaFree(p);
-  cudaFree(x);
-  cudaFree(y);
   return same;
 }
 
