@@ -161,7 +161,7 @@ struct DraftedRequest::State {
   Clock::time_point verify_start;
   int64_t tap_row0 = 0;  // the pass's first row in the model's taps
   // step() ran a plan without drafts as forward_commit: its one row is committed with the pass.
-  bool committed = false;
+  bool precommitted = false;
 
   State(Drafting::Impl& i, Sequence& s, const SamplingParams& p, Rng& r) : im(i), seq(s), sampling(p), rng(r) {}
 
@@ -283,8 +283,8 @@ bool DraftedRequest::step(int max_tokens, const StepHooks& hooks) {
   // Without drafts the pass's one token is always kept, so it is committed the way plain decoding
   // commits (the state's update queued behind the pass, before the logits' download) instead of by
   // host launches after the sampling: that wait cost ~0.2 ms a step at Bolt scale (~3 %).
-  s.committed = s.k == 0;
-  if (s.committed) s.im.model.forward_commit(s.seq, s.block, ForwardMode::Verify, s.logits, all);
+  s.precommitted = s.k == 0;
+  if (s.precommitted) s.im.model.forward_commit(s.seq, s.block, ForwardMode::Verify, s.logits, all);
   else s.im.model.forward(s.seq, s.block, ForwardMode::Verify, s.logits, all);
   return finish(s.logits, hooks, 0);
 }
@@ -393,7 +393,7 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
   const Draft* chain = k > 0 ? &s.chain : nullptr;
   const double draft_seconds = s.draft_seconds;
   const auto tv = s.verify_start;
-  const int64_t pos0 = s.seq.pos - (s.committed ? 1 : 0);  // the pass's first position
+  const int64_t pos0 = s.seq.pos - (s.precommitted ? 1 : 0);  // the pass's first position
   check(int64_t(logits.size()) == int64_t(k > 0 ? k + 1 : 1) * V, "drafted request: finish() got ", logits.size(),
         " logits for a pass of ", k + 1, " rows of ", V);
 
@@ -429,9 +429,9 @@ bool DraftedRequest::finish(std::vector<float>& logits, const StepHooks& hooks, 
     if (i == k || !ok) break;
     ++accepted;
   }
-  if (s.committed) check(accepted == 0, "drafted request: a pass committed with its forward accepted drafts");
+  if (s.precommitted) check(accepted == 0, "drafted request: a pass committed with its forward accepted drafts");
   else model.commit(s.seq, accepted + 1);
-  s.committed = false;
+  s.precommitted = false;
   const int committed = int(s.fresh.size());
   sc.record_step(k + 1, since(tv), draft_seconds, committed);
 
