@@ -207,8 +207,8 @@ class GgufCudaTensor final : public QuantizedTensor {
     const kcuda::TcType* tc = kcuda::tc_type_of(type.name);
     const bool repack = tc && shape_.size() == 2 && tc_enabled();
     // One copy unless switched off or the repack would lose a value (an NVFP4 scale byte 0xFF).
-    one_copy_ = repack && one_copy_enabled() && kcuda::tc_repack_is_lossless(*tc, raw.data, n_rows_, row_len_);
-    if (!one_copy_) data_ = upload_parts(be, {{raw.data, raw.nbytes}});
+    const bool one_copy = repack && one_copy_enabled() && kcuda::tc_repack_is_lossless(*tc, raw.data, n_rows_, row_len_);
+    if (!one_copy) data_ = upload_parts(be, {{raw.data, raw.nbytes}});
     if (repack) {
       tc_shape_ = kcuda::tc_shape(*tc, n_rows_, row_len_);
       const std::vector<uint8_t> packed = kcuda::repack_tc(*tc, raw.data, n_rows_, row_len_, raw.name);
@@ -233,7 +233,7 @@ class GgufCudaTensor final : public QuantizedTensor {
       launch_scale(out.f32(), int64_t(n) * row_len_, scale_);
       return;
     }
-    if (one_copy_) return kcuda::launch_tc_rows(tc_data(), tc_shape_, ids, n, scale_, out.f32(), cuda::stream());
+    if (one_copy()) return kcuda::launch_tc_rows(tc_data(), tc_shape_, ids, n, scale_, out.f32(), cuda::stream());
     for (int i0 = 0; i0 < n; i0 += kCudaRowIdsPerLaunch) {
       CudaRowsArgs a = rows_args(out.f32() + int64_t(i0) * row_len_);
       a.n = std::min(kCudaRowIdsPerLaunch, n - i0);
@@ -258,7 +258,7 @@ class GgufCudaTensor final : public QuantizedTensor {
     const size_t n = size_t(n_rows_ * row_len_) * sizeof(float);
     void* dev = nullptr;
     check_cuda(cudaMallocAsync(&dev, std::max<size_t>(n, 4), s), "dequantize: allocate");
-    if (one_copy_) {
+    if (one_copy()) {
       kcuda::launch_tc_rows(tc_data(), tc_shape_, nullptr, 0, scale_, static_cast<float*>(dev), s);
     } else {
       CudaRowsArgs a = rows_args(static_cast<float*>(dev));
@@ -303,7 +303,7 @@ class GgufCudaTensor final : public QuantizedTensor {
       launch_quantize_q8k(a.x, a.n, k, xq.get(), cuda::stream());
       return launch_iq2_xxs_q8k(a, xq.get(), cuda::stream());
     }
-    if (a.n >= kCudaGemmMinRows && one_copy_) return tc_gemm(a);
+    if (a.n >= kCudaGemmMinRows && one_copy()) return tc_gemm(a);
     if (a.n >= kCudaGemmMinRows && kernels_.ops->gemm) return run_gemm(*kernels_.ops, a);
     if (tc_) return tc_matmul(a);
     kernels_.ops->matmul(a, cuda::stream());
@@ -339,6 +339,8 @@ class GgufCudaTensor final : public QuantizedTensor {
     return static_cast<const uint8_t*>(data_->data());
   }
   const uint8_t* tc_data() const { return static_cast<const uint8_t*>(tc_->data()); }
+  // Only the repacked copy is on the device (every other path uploads the file's blocks).
+  bool one_copy() const { return !data_; }
   CudaRowsArgs rows_args(float* out) const {
     CudaRowsArgs a;
     a.w = data();
@@ -358,7 +360,6 @@ class GgufCudaTensor final : public QuantizedTensor {
   float scale_ = 1.0f;
   std::unique_ptr<Buffer> data_, grid_;
   std::unique_ptr<Buffer> tc_;  // the repacked copy (null: none)
-  bool one_copy_ = false;       // tc_ only: data_ is null
   kcuda::TcShape tc_shape_;
   kcuda::TcPlan tc_plan_;
 };
