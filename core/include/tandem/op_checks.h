@@ -67,14 +67,15 @@ inline void check_add_rows(const Tensor& x, const Tensor& d, const Tensor& a, in
                            const Tensor& out) {
   check_tensor("add_rows", "x", x, x.rows, x.cols);
   if (d.data) check_tensor("add_rows", "d", d, x.rows, x.cols);
-  if (a.data) {
-    check(ga >= 1 && x.rows % ga == 0, "add_rows: group ", ga, " of a does not divide ", x.rows, " rows");
-    check_tensor("add_rows", "a", a, x.rows / ga, x.cols);
-  }
-  if (b.data) {
-    check(gb >= 1 && x.rows % gb == 0, "add_rows: group ", gb, " of b does not divide ", x.rows, " rows");
-    check_tensor("add_rows", "b", b, x.rows / gb, x.cols);
-  }
+  // A broadcast operand: one row per `group` rows of x.
+  auto broadcast = [&](const Tensor& t, int64_t group, const char* name) {
+    if (!t.data) return;
+    check(group >= 1 && x.rows % group == 0, "add_rows: group ", group, " of ", name, " does not divide ", x.rows,
+          " rows");
+    check_tensor("add_rows", name, t, x.rows / group, x.cols);
+  };
+  broadcast(a, ga, "a");
+  broadcast(b, gb, "b");
   check_tensor("add_rows", "out", out, x.rows, x.cols);
 }
 
