@@ -69,6 +69,15 @@ inline std::vector<uint8_t> random_weight(const std::string& type, int64_t rows,
   return bytes;
 }
 
+// The CPU dequantizer's values of a rows × k weight of type qt held as GGML blocks (row-major).
+inline std::vector<float> dequantize_rows(const QuantType& qt, const std::vector<uint8_t>& bytes, int64_t rows,
+                                          int64_t k) {
+  const int64_t rb = row_bytes(qt, k);
+  std::vector<float> w(size_t(rows * k));
+  for (int64_t r = 0; r < rows; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * k, k);
+  return w;
+}
+
 // A weight as a checkpoint holds it.
 struct Stored {
   std::string name, dtype;

@@ -22,9 +22,7 @@ TEST(GemvTcRepack, FragmentsDecodeToTheCpuWeights) {
   uint64_t seed = 71;
   for (auto [m, k] : {std::pair<int64_t, int64_t>{37, 64}, {100, 1216}, {48, 2048}}) {
     const std::vector<uint8_t> bytes = random_weight("NVFP4", m, k, seed++);
-    const int64_t rb = row_bytes(qt, k);
-    std::vector<float> w(size_t(m * k));
-    for (int64_t r = 0; r < m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * k, k);
+    const std::vector<float> w = dequantize_rows(qt, bytes, m, k);
     const TcShape s = tc_shape(TcType::NVFP4, m, k);
     ASSERT_EQ(s.steps % kTcSliceSteps, 0);
     const std::vector<uint8_t> rp = repack_nvfp4_tc(bytes.data(), m, k, "w");
@@ -67,9 +65,7 @@ TEST(GemvTcRepack, Q8FragmentsDecodeToTheCpuWeights) {
   uint64_t seed = 91;
   for (auto [m, k] : {std::pair<int64_t, int64_t>{37, 32}, {100, 1216}, {48, 2048}, {5, 1056}}) {
     const std::vector<uint8_t> bytes = random_weight("Q8_0", m, k, seed++);
-    const int64_t rb = row_bytes(qt, k);
-    std::vector<float> w(size_t(m * k));
-    for (int64_t r = 0; r < m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * k, k);
+    const std::vector<float> w = dequantize_rows(qt, bytes, m, k);
     const TcShape s = tc_shape(TcType::Q8_0, m, k);
     const std::vector<uint8_t> rp = repack_q8_0_tc(bytes.data(), m, k, "w");
     ASSERT_EQ(rp.size(), s.bytes());
@@ -120,9 +116,7 @@ TEST(GemmTcRepack, ElementsRoundTripToTheCpuValues) {
         for (size_t i = 0; i < 6; ++i) bytes[36 * (3 * i + 1) + i % 4] = special[i];
       }
       ASSERT_TRUE(tc_repack_is_lossless(tt, bytes.data(), m, k));
-      const int64_t rb = row_bytes(qt, k);
-      std::vector<float> w(size_t(m * k));
-      for (int64_t r = 0; r < m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * k, k);
+      const std::vector<float> w = dequantize_rows(qt, bytes, m, k);
       const TcShape s = tc_shape(tt, m, k);
       const std::vector<uint8_t> rp = repack_tc(tt, bytes.data(), m, k, "w");
       int64_t bad = 0, bad_scaled = 0;
@@ -155,9 +149,7 @@ TEST(GemmTcRepack, PrefillFragmentsAreTheBlockGemmsFragments) {
     const TcType tt = *tc_type_of(type);
     const int64_t m = 40, k = 1152;  // 3 tiles (the last padded), 36 groups, a second slice
     const std::vector<uint8_t> bytes = random_weight(type, m, k, seed++);
-    const int64_t rb = row_bytes(qt, k);
-    std::vector<float> w(size_t(m * k));
-    for (int64_t r = 0; r < m; ++r) qt.dequantize(bytes.data() + r * rb, w.data() + r * k, k);
+    const std::vector<float> w = dequantize_rows(qt, bytes, m, k);
     const TcShape s = tc_shape(tt, m, k);
     const std::vector<uint8_t> rp = repack_tc(tt, bytes.data(), m, k, "w");
     // The byte layout of place: element e of a 32-group sits at lane class q, slot (register 2j + h).
