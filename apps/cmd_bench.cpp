@@ -557,6 +557,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   GenerateOptions g;
   g.context = p.context;
   g.stop_at_eos = false;
+  g.prefill_chunk = int(r.prefill_chunk);  // one pass of a long prompt would need ~0.48 MB a token
   g.max_tokens = std::min(8, r.decode_tokens + 1);
   generate(*model, prompt, g);  // warm-up
   g.max_tokens = r.decode_tokens + 1;
@@ -575,8 +576,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
   {
     auto seq = model->new_sequence(p.context);
     std::vector<float> logits;
-    model->forward(*seq, prompt, ForwardMode::Prefill, logits, false);
-    model->commit(*seq, int(prompt.size()));
+    for (size_t i = 0; i < prompt.size(); i += size_t(r.prefill_chunk)) {  // the prompt in chunks, as generate reads it
+      const size_t e = std::min(prompt.size(), i + size_t(r.prefill_chunk));
+      model->forward_commit(*seq, std::vector<int32_t>(prompt.begin() + i, prompt.begin() + e), ForwardMode::Prefill,
+                            logits, false);
+    }
     for (int k = 1; k <= verify_max; ++k) {
       const std::vector<int32_t> draft = random_tokens(k);
       std::vector<double> t;

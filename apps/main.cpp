@@ -35,6 +35,7 @@ const cli::CommandSpec& generate_spec() {
           {"prompt", "TEXT", "the prompt, through the model's tokenizer"},
           {"tokens", "FILE", "the prompt as whitespace-separated token ids"},
           {"max-tokens", "N", "tokens to generate"},
+          {"prefill-chunk", "N", "prompt tokens per prefill pass (default 2048; the results depend on it)"},
           {"temperature", "T", "sampling temperature (0: greedy)"},
           {"top-k", "K", "sample from the K likeliest tokens"},
           {"top-p", "P", "nucleus sampling"},
@@ -108,7 +109,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   g.sampling.top_p = float(a.number("top-p", g.sampling.top_p));
   g.sampling.min_p = float(a.number("min-p", g.sampling.min_p));
   g.sampling.seed = uint64_t(a.integer("seed", (long long)g.sampling.seed));
+  g.prefill_chunk = int(a.integer("prefill-chunk", kDefaultPrefillChunk));
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
+  check(g.prefill_chunk >= 1, "tandem generate: --prefill-chunk must be at least 1, found ", g.prefill_chunk);
   DraftOptions draft = cli::draft_options(a, p.draft, "generate");
   std::ofstream trace;
   if (a.has("trace-drafts")) {

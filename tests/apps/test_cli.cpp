@@ -68,6 +68,27 @@ TEST(Cli, GeneratePrintsGreedyIds) {
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
 }
 
+// --prefill-chunk reaches generate(): the prompt read 2 tokens a pass gives generate()'s ids for that
+// chunk (the default is kDefaultPrefillChunk, serve's; a long prompt is never one pass).
+TEST(Cli, GeneratePrefillChunkIsPassedOn) {
+  std::string pf = prompt_file();
+  CliRun r = run("generate --config " + std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml --tokens " + pf +
+                 " --max-tokens 8 --prefill-chunk 2 --print-ids");
+  fs::remove(pf);
+  ASSERT_EQ(r.status, 0) << r.err;
+  GenerateOptions g;
+  EXPECT_EQ(g.prefill_chunk, kDefaultPrefillChunk);
+  g.max_tokens = 8;
+  g.context = 64;
+  g.prefill_chunk = 2;
+  GenerateResult want = generate(*model("hf/latent"), kPrompt, g);
+  std::stringstream ss(r.out);
+  std::vector<int32_t> got;
+  int32_t v;
+  while (ss >> v) got.push_back(v);
+  EXPECT_EQ(got, want.tokens);
+}
+
 TEST(Cli, SeededSamplingIsReproducible) {
   std::string pf = prompt_file();
   std::string args = "generate --model " + test::data_path("hf/nolatent") + " --tokens " + pf +
@@ -102,6 +123,7 @@ TEST(Cli, BadInputsAreOneLineErrors) {
   } cases[] = {
       {"generate --config " + cfg + " --tokens " + pf + " --bogus 1", "unknown option '--bogus'"},
       {"generate --config " + cfg + " --tokens " + pf + " --max-tokens many", "--max-tokens expects an integer"},
+      {"generate --config " + cfg + " --tokens " + pf + " --prefill-chunk 0", "--prefill-chunk must be at least 1, found 0"},
       {"generate --config " + cfg + " --tokens /nonexistent.txt", "token file '/nonexistent.txt' cannot be read"},
       {"generate --config " + cfg + " --prompt hello", "needs a tokenizer"},
       {"generate --tokens " + pf, "no model: give --config"},

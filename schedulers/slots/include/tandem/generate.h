@@ -12,12 +12,32 @@
 
 namespace tandem {
 
+// Tokens per prefill pass of `tandem serve`, `tandem generate` and `tandem bench`: enough rows that the expert GEMMs
+// fill the GPU (Bolt gguf-iq2 on an H200, 8,192-token prompt: 2,955 tok/s at 512, 4,267 at 2048,
+// 4,526 at 4096; 2026-12-02), few enough that other slots and cancels get a turn and that a long
+// prompt stays within its weights + 6 GiB (issue #18: 131,072 tokens). The layers share their
+// activation scratch, which grows with the pass; for Bolt (spec § 13.3, f32, the widest layer of each
+// kind) one token takes
+//   model x, h, out 3·4096 = 12,288 floats; attention q, k, v, out 4096 + 2·256 + 4096 = 8,704;
+//   MoE logits 496 + ids, weights 2·9 + latent 1024 + h 9·2560 + eo 9·1024 + Σ 1024 + shared 4096
+//   + mid 5376 = 44,290; Mamba2 arena proj 18,560 + xBC 10,240 + Δ 128 + y, z, normed 3·8192
+//   + scan 8·128 + 128 = 54,656
+// = 119,938 floats ≈ 0.48 MB: 0.25 GB at 512 tokens, 0.98 GB at 2048. The context holds KV
+// 8·2·32768·256·4 B = 0.54 GB and Mamba state 40·2·(10240·3 + 128·64·128)·4 B = 0.35 GB (+ 0.05 GB of
+// verify logs); the CUDA pool adds its 2 MiB rounding of every weight and keeps the blocks of
+// earlier, smaller passes. Measured peaks (H200, Bolt gguf-iq2, 32,768-token context): weights
+// + 2.56 GB at 512 (2026-11-30), + 3.08 GB at 2048, + 4.03 GB at 4096 (2026-12-02). The prefix cache's
+// checkpoints sit on this grid, so a growing conversation re-reads up to one chunk per turn.
+constexpr int kDefaultPrefillChunk = 2048;
+
 struct GenerateOptions {
   int max_tokens = 256;
   int64_t context = 4096;
   SamplingParams sampling;
   bool stop_at_eos = true;
-  int prefill_chunk = 0;  // tokens per prefill pass; 0 = the whole prompt in one pass
+  // Tokens per prefill pass; 0 = the whole prompt in one pass, whose scratch grows with the prompt
+  // (~0.48 MB a token at Bolt: 65 GB for 131,072 tokens).
+  int prefill_chunk = kDefaultPrefillChunk;
 };
 
 struct GenerateResult {
