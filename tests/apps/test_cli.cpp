@@ -47,6 +47,15 @@ std::unique_ptr<Model> model(const std::string& rel) {
   return Model::load(o, reg);
 }
 
+// The ids `generate --print-ids` printed, in order.
+std::vector<int32_t> printed_ids(const std::string& out) {
+  std::stringstream ss(out);
+  std::vector<int32_t> ids;
+  int32_t v;
+  while (ss >> v) ids.push_back(v);
+  return ids;
+}
+
 }  // namespace
 
 TEST(Cli, GeneratePrintsGreedyIds) {
@@ -60,11 +69,7 @@ TEST(Cli, GeneratePrintsGreedyIds) {
   g.max_tokens = 12;
   g.context = 64;
   GenerateResult want = generate(*m, kPrompt, g);
-  std::stringstream ss(r.out);
-  std::vector<int32_t> got;
-  int32_t v;
-  while (ss >> v) got.push_back(v);
-  EXPECT_EQ(got, want.tokens);
+  EXPECT_EQ(printed_ids(r.out), want.tokens);
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
 }
 
@@ -82,11 +87,7 @@ TEST(Cli, GeneratePrefillChunkIsPassedOn) {
   g.context = 64;
   g.prefill_chunk = 2;
   GenerateResult want = generate(*model("hf/latent"), kPrompt, g);
-  std::stringstream ss(r.out);
-  std::vector<int32_t> got;
-  int32_t v;
-  while (ss >> v) got.push_back(v);
-  EXPECT_EQ(got, want.tokens);
+  EXPECT_EQ(printed_ids(r.out), want.tokens);
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {
@@ -164,11 +165,7 @@ TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
   g.max_tokens = 12;
   g.context = 64;
   GenerateResult want = generate(*Model::load(o, reg), prompt, g);
-  std::stringstream ss(ids.out);
-  std::vector<int32_t> got;
-  int32_t v;
-  while (ss >> v) got.push_back(v);
-  EXPECT_EQ(got, want.tokens);
+  EXPECT_EQ(printed_ids(ids.out), want.tokens);
   // The text is those ids' bytes; control tokens (the EOS ids) have none.
   std::string bytes;
   for (int32_t t : want.tokens)
