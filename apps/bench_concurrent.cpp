@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "tandem/error.h"
+#include "tandem/generate.h"
 #include "tandem/model.h"
 #include "tandem/backend.h"
 
@@ -29,12 +30,12 @@ struct Streams {
 
 // Prefills every prompt, then runs warm + steps batched steps; returns the timed steps' seconds.
 double run(Model& model, const std::vector<std::vector<int32_t>>& prompts, int warm, int steps, int64_t context,
-           Streams& s, int* forwards) {
+           int prefill_chunk, Streams& s, int* forwards) {
   const size_t S = prompts.size();
   s.seqs.clear(), s.logits.assign(S, {}), s.tokens.assign(S, {});
   for (size_t i = 0; i < S; ++i) {
     s.seqs.push_back(model.new_sequence(context));
-    model.forward_commit(*s.seqs[i], prompts[i], ForwardMode::Prefill, s.logits[i], false);
+    prefill(model, *s.seqs[i], prompts[i], prefill_chunk, s.logits[i]);
     s.tokens[i].push_back(argmax(s.logits[i]));
   }
   double seconds = 0;
@@ -72,7 +73,7 @@ std::vector<int> parse_stream_counts(const std::string& list) {
 }
 
 std::vector<ConcurrentRun> bench_concurrent(Model& model, const std::vector<int>& counts, int prompt_tokens, int steps,
-                                            int64_t context, uint64_t seed) {
+                                            int64_t context, int prefill_chunk, uint64_t seed) {
   constexpr int kWarm = 2;  // op by op, then recorded: graphs replay from the third step
   check(prompt_tokens + kWarm + steps + 1 <= context, "tandem bench --concurrent: ", prompt_tokens, " prompt tokens + ",
         kWarm + steps + 1, " steps exceed --context ", context);
@@ -88,7 +89,7 @@ std::vector<ConcurrentRun> bench_concurrent(Model& model, const std::vector<int>
   double solo_seconds = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     Streams s;
-    const double sec = run(model, {prompts[i]}, kWarm, steps, context, s, nullptr);
+    const double sec = run(model, {prompts[i]}, kWarm, steps, context, prefill_chunk, s, nullptr);
     if (i == 0) solo_seconds = sec;
     solo[i] = s.tokens[0];
   }
@@ -98,7 +99,8 @@ std::vector<ConcurrentRun> bench_concurrent(Model& model, const std::vector<int>
     r.streams = S, r.steps = steps;
     r.solo_tps = solo_seconds > 0 ? steps / solo_seconds : 0;
     Streams s;
-    r.seconds = run(model, {prompts.begin(), prompts.begin() + S}, kWarm, steps, context, s, &r.forwards);
+    r.seconds = run(model, {prompts.begin(), prompts.begin() + S}, kWarm, steps, context, prefill_chunk, s,
+                    &r.forwards);
     for (int i = 0; i < S; ++i) {
       const auto& a = s.tokens[size_t(i)];
       const auto& b = solo[size_t(i)];

@@ -28,11 +28,12 @@ struct ConcurrentRun {
 // Parses "1,4,8": each in [1, Model::batch_max_rows], ascending, no repeats.
 std::vector<int> parse_stream_counts(const std::string& list);
 
-// For each count S: S sequences, each prefilled with its own random prompt of prompt_tokens tokens,
+// For each count S: S sequences, each prefilled with its own random prompt of prompt_tokens tokens
+// (in passes of prefill_chunk tokens),
 // then `steps` batched greedy steps (after two untimed ones, which record the batch's graph); fails
 // (tandem::Error) unless every stream's tokens equal its solo run's.
 std::vector<ConcurrentRun> bench_concurrent(Model& model, const std::vector<int>& counts, int prompt_tokens, int steps,
-                                            int64_t context, uint64_t seed);
+                                            int64_t context, int prefill_chunk, uint64_t seed);
 
 void print_concurrent(const std::vector<ConcurrentRun>& runs);
 void write_concurrent(rapidjson::PrettyWriter<rapidjson::StringBuffer>& w, const std::vector<ConcurrentRun>& runs);

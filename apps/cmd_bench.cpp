@@ -576,11 +576,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   {
     auto seq = model->new_sequence(p.context);
     std::vector<float> logits;
-    for (size_t i = 0; i < prompt.size(); i += size_t(r.prefill_chunk)) {  // the prompt in chunks, as generate reads it
-      const size_t e = std::min(prompt.size(), i + size_t(r.prefill_chunk));
-      model->forward_commit(*seq, std::vector<int32_t>(prompt.begin() + i, prompt.begin() + e), ForwardMode::Prefill,
-                            logits, false);
-    }
+    prefill(*model, *seq, prompt, int(r.prefill_chunk), logits);
     for (int k = 1; k <= verify_max; ++k) {
       const std::vector<int32_t> draft = random_tokens(k);
       std::vector<double> t;
@@ -609,7 +605,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   // Several streams at once, through the server's batched step.
   if (!stream_counts.empty())
-    r.concurrent = bench_concurrent(*model, stream_counts, r.prompt_tokens, r.decode_tokens, p.context, seed);
+    r.concurrent = bench_concurrent(*model, stream_counts, r.prompt_tokens, r.decode_tokens, p.context,
+                                    int(r.prefill_chunk), seed);
 
   // Prefill, shortest first; a size whose time, extrapolated from the last one, would pass the budget
   // is skipped.

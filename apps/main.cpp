@@ -109,7 +109,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   g.sampling.top_p = float(a.number("top-p", g.sampling.top_p));
   g.sampling.min_p = float(a.number("min-p", g.sampling.min_p));
   g.sampling.seed = uint64_t(a.integer("seed", (long long)g.sampling.seed));
-  g.prefill_chunk = int(a.integer("prefill-chunk", kDefaultPrefillChunk));
+  g.prefill_chunk = int(a.integer("prefill-chunk", g.prefill_chunk));
   check(g.max_tokens >= 1, "tandem generate: --max-tokens must be at least 1");
   check(g.prefill_chunk >= 1, "tandem generate: --prefill-chunk must be at least 1, found ", g.prefill_chunk);
   DraftOptions draft = cli::draft_options(a, p.draft, "generate");

@@ -188,6 +188,15 @@ GenerateResult run_generation(Model& model, Drafting* drafting, const std::vecto
   return r;
 }
 
+void prefill(Model& model, Sequence& seq, const std::vector<int32_t>& prompt, int chunk, std::vector<float>& logits) {
+  check(chunk >= 0, "prefill: the chunk must not be negative, found ", chunk);
+  const size_t c = chunk > 0 ? size_t(chunk) : prompt.size();
+  for (size_t i = 0; i < prompt.size(); i += c) {
+    const std::vector<int32_t> part(prompt.begin() + long(i), prompt.begin() + long(std::min(prompt.size(), i + c)));
+    model.forward_commit(seq, part, ForwardMode::Prefill, logits, false);
+  }
+}
+
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
                         const std::function<bool(int32_t)>& on_token) {
   return run_generation(model, nullptr, prompt, o, on_token, nullptr);

@@ -56,38 +56,36 @@ std::vector<int32_t> printed_ids(const std::string& out) {
   return ids;
 }
 
+// `generate --print-ids` on the tiny latent profile with `flags`: its ids equal generate()'s with `g`.
+CliRun expect_generate_ids(const std::string& flags, const GenerateOptions& g) {
+  std::string pf = prompt_file();
+  CliRun r = run("generate --config " + std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml --tokens " + pf +
+                 " --print-ids " + flags);
+  fs::remove(pf);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(printed_ids(r.out), generate(*model("hf/latent"), kPrompt, g).tokens);
+  return r;
+}
+
 }  // namespace
 
 TEST(Cli, GeneratePrintsGreedyIds) {
-  std::string pf = prompt_file();
-  CliRun r = run("generate --config " + std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml --tokens " + pf +
-              " --max-tokens 12 --print-ids");
-  fs::remove(pf);
-  ASSERT_EQ(r.status, 0) << r.err;
-  auto m = model("hf/latent");
   GenerateOptions g;
   g.max_tokens = 12;
   g.context = 64;
-  GenerateResult want = generate(*m, kPrompt, g);
-  EXPECT_EQ(printed_ids(r.out), want.tokens);
+  CliRun r = expect_generate_ids("--max-tokens 12", g);
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
 }
 
 // --prefill-chunk reaches generate(): the prompt read 2 tokens a pass gives generate()'s ids for that
 // chunk (the default is kDefaultPrefillChunk, serve's; a long prompt is never one pass).
 TEST(Cli, GeneratePrefillChunkIsPassedOn) {
-  std::string pf = prompt_file();
-  CliRun r = run("generate --config " + std::string(TANDEM_SOURCE_DIR) + "/configs/tiny-latent.yaml --tokens " + pf +
-                 " --max-tokens 8 --prefill-chunk 2 --print-ids");
-  fs::remove(pf);
-  ASSERT_EQ(r.status, 0) << r.err;
   GenerateOptions g;
   EXPECT_EQ(g.prefill_chunk, kDefaultPrefillChunk);
   g.max_tokens = 8;
   g.context = 64;
   g.prefill_chunk = 2;
-  GenerateResult want = generate(*model("hf/latent"), kPrompt, g);
-  EXPECT_EQ(printed_ids(r.out), want.tokens);
+  expect_generate_ids("--max-tokens 8 --prefill-chunk 2", g);
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {

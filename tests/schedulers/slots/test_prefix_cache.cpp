@@ -185,6 +185,22 @@ TEST(PrefixCache, CheckpointsEveryNTokens) {
   EXPECT_EQ(cache.find(longer).tokens, 48);
 }
 
+// prefill() reads a prompt on the chunk grid as a Generation does: the same last-row logits bits, the
+// whole prompt committed; a negative chunk is refused.
+TEST(Prefill, ChunkedAsTheGenerationReadsIt) {
+  const std::vector<int32_t> prompt = random_tokens(3 * kChunk + 5, 41);
+  const Outcome gen = run(prompt, 1, nullptr);
+  auto seq = model().new_sequence(512);
+  std::vector<float> logits;
+  prefill(model(), *seq, prompt, kChunk, logits);
+  EXPECT_EQ(seq->pos, int64_t(prompt.size()));
+  ASSERT_EQ(gen.logits.size(), 1u);
+  ASSERT_EQ(logits.size(), gen.logits[0].size());
+  EXPECT_EQ(std::memcmp(logits.data(), gen.logits[0].data(), logits.size() * sizeof(float)), 0);
+  expect_error([&] { prefill(model(), *model().new_sequence(512), prompt, -1, logits); },
+               {"prefill", "must not be negative", "-1"});
+}
+
 TEST(PrefixCache, Errors) {
   expect_error([] { PrefixCache c(model(), budget(100, 12), kChunk); }, {"every 12", "multiple of the prefill chunk (8)"});
   expect_error([] { PrefixCache c(model(), budget(-1), kChunk); }, {"budget", "negative", "-1"});

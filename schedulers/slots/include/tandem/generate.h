@@ -67,6 +67,11 @@ struct StepHooks {
   std::function<bool(int32_t token)> emit;
 };
 
+// The prompt into `seq`, committed, in passes of `chunk` tokens (0: one pass), as generate() reads it;
+// `logits` ends with the last prompt position's row.
+TANDEM_API void prefill(Model& model, Sequence& seq, const std::vector<int32_t>& prompt, int chunk,
+                        std::vector<float>& logits);
+
 // on_token (optional) sees every generated token as it is chosen; returning false stops early.
 TANDEM_API GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                    const std::function<bool(int32_t)>& on_token = {});
