@@ -545,8 +545,8 @@ void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, con
   check_launch("kv_append");
 }
 
-size_t attention_workspace_bytes(int64_t n, int nq, int hd) {
-  if (n > kAttentionSplitRows) return 0;
+size_t attention_workspace_bytes(int64_t n, int64_t pos0, int nq, int nkv, int hd) {
+  if (n > kAttentionSplitRows) return attention_prefill_workspace_bytes(pos0 + n, nkv, hd);
   return size_t(n) * size_t(nq) * kAttentionSplits * (size_t(hd) + 2) * sizeof(float);
 }
 
@@ -608,7 +608,8 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
   check(hd <= kMaxHeadDim, "attention (cuda): head_dim ", hd, " exceeds the kernel's limit ", kMaxHeadDim);
   const float scale = 1.0f / sqrtf(float(hd));
   if (n > kAttentionSplitRows) {
-    if (launch_attention_prefill(q, k_cache, v_cache, n, pos0, nq, nkv, hd, out, stream, pos0_device)) return;
+    if (launch_attention_prefill(q, k_cache, v_cache, n, pos0, nq, nkv, hd, out, workspace, workspace_bytes, stream))
+      return;
     // hd > 128: the flash kernel's registers (16 × hd outputs per warp) would not fit.
     const size_t smem = size_t(hd + kTile) * sizeof(float);
     dim3 grid(unsigned(nq), unsigned(std::min<int64_t>(n, 65535)));
@@ -617,7 +618,7 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
     check_launch("attention");
     return;
   }
-  const size_t need = attention_workspace_bytes(n, nq, hd);
+  const size_t need = attention_workspace_bytes(n, pos0, nq, nkv, hd);
   check(workspace && workspace_bytes >= need, "attention (cuda): workspace of ", workspace_bytes, " bytes for ", n,
         " rows, expected at least ", need);
   const int64_t cells = n * nq * kAttentionSplits;

@@ -568,8 +568,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, f
   float* vdst = v_cache + pos0 * kw;
   if (k.f32() != kdst) check_cuda(cudaMemcpyAsync(kdst, k.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: k to cache");
   if (v.f32() != vdst) check_cuda(cudaMemcpyAsync(vdst, v.f32(), bytes, cudaMemcpyDeviceToDevice, stream()), "attention: v to cache");
-  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), attention_workspace(n, nq, hd),
-                   attention_workspace_bytes(n, nq, hd), stream());
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(),
+                   attention_workspace(n, pos0, nq, nkv, hd), attention_workspace_bytes(n, pos0, nq, nkv, hd), stream());
 }
 
 void CudaBackend::attention_at(const Tensor& q, const Tensor& k, const Tensor& v, float* k_cache, float* v_cache,
@@ -580,17 +580,31 @@ void CudaBackend::attention_at(const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t n = q.rows, kw = int64_t(nkv) * hd;
   if (n == 0) return;
   launch_kv_append(k.f32(), v.f32(), n, kw, pos0_device, k_cache, v_cache, stream());
-  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(), attention_workspace(n, nq, hd),
-                   attention_workspace_bytes(n, nq, hd), stream(), pos0_device);
+  launch_attention(q.f32(), k_cache, v_cache, n, pos0, nq, nkv, hd, out.f32(),
+                   attention_workspace(n, pos0, nq, nkv, hd), attention_workspace_bytes(n, pos0, nq, nkv, hd), stream(),
+                   pos0_device);
 }
 
-void* CudaBackend::attention_workspace(int64_t n, int nq, int hd) {
-  if (n > kAttentionSplitRows) return nullptr;
+void* CudaBackend::attention_workspace(int64_t n, int64_t pos0, int nq, int nkv, int hd) {
+  if (n > kAttentionSplitRows) {
+    // A prefill pass converts its keys into this block (the flash kernel's fp16 tiles). Passes this
+    // long are never recorded; the block grows to the next power of two of keys (at least 8192), so
+    // a long prompt read in chunks moves the memory epoch a few times, not once per chunk.
+    const size_t need = attention_workspace_bytes(n, pos0, nq, nkv, hd);
+    if (need == 0) return nullptr;
+    if (!prefill_ws_ || prefill_ws_->bytes() < need) {
+      int64_t keys = 8192;
+      while (keys < pos0 + n) keys *= 2;
+      prefill_ws_.reset();
+      prefill_ws_ = std::make_unique<DeviceBuffer>(pool_, attention_workspace_bytes(n, keys - n, nq, nkv, hd));
+    }
+    return prefill_ws_->data();
+  }
   // Sized for the longest split pass of this shape at once, so decode and verify passes of any
   // length share one block and recorded passes keep its address. Growing releases the old block,
   // which moves the memory epoch (recordings holding it are dropped), and a growth while recording
   // makes end_capture() drop that recording.
-  const size_t need = attention_workspace_bytes(kAttentionSplitRows, nq, hd);
+  const size_t need = attention_workspace_bytes(kAttentionSplitRows, 0, nq, nkv, hd);
   if (!attention_ws_ || attention_ws_->bytes() < need) {
     attention_ws_.reset();
     attention_ws_ = std::make_unique<DeviceBuffer>(pool_, need);

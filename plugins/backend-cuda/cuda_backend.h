@@ -113,7 +113,7 @@ class CudaBackend final : public Backend {
                        const float* v_cache, int64_t capacity, int64_t pos0, int nq, int nkv, int hd,
                        const Tensor& out) const;
   // The split attention's partials for n rows of nq heads of hd (null when n needs none).
-  void* attention_workspace(int64_t n, int nq, int hd);
+  void* attention_workspace(int64_t n, int64_t pos0, int nq, int nkv, int hd);
   static constexpr int64_t kTopKRows = 64;
 
   std::unique_ptr<Buffer> make_buffer(size_t bytes, bool detached);
@@ -127,6 +127,7 @@ class CudaBackend final : public Backend {
   int n_lanes_ = 1;
   bool lanes_open_ = false;
   std::unique_ptr<Buffer> attention_ws_;  // after pool_: released into it first
+  std::unique_ptr<Buffer> prefill_ws_;    // the flash kernel's fp16 key tiles (prefill passes)
   std::unique_ptr<Buffer> top_k_ws_;      // likewise
   bool capturing_ = false;
   uint64_t capture_allocs_ = 0, capture_epoch_ = 0;

@@ -34,14 +34,16 @@ void launch_moe_combine(const float* expert_out, const float* weights, int k, in
                         float* out, cudaStream_t stream);
 // Attention of n query rows at positions pos0.. over caches that already hold rows 0 .. pos0+n−1.
 // q, out [n, nq·hd]; caches [capacity, nkv·hd]. hd ≤ kMaxHeadDim. With pos0_device (an int64 in
-// device memory) the kernel reads the position there when it runs and pos0 is not used.
-// Passes of n ≤ kAttentionSplitRows rows (decode, verify) split each row's keys into
-// kAttentionSplits ranges (fixed: a recorded pass replays at any position) and need a workspace of
-// attention_workspace_bytes(n, nq, hd), which is 0 for longer passes; it may be null then.
+// device memory) the decode and verify passes (n ≤ kAttentionSplitRows) read the position there when
+// they run and pos0 is not used; they split each row's keys into kAttentionSplits ranges (fixed: a
+// recorded pass replays at any position). Longer passes (prefill, never recorded: the model records
+// passes of at most Model::graph_max_tokens rows) read pos0, which must then equal *pos0_device.
+// Every pass needs a workspace of attention_workspace_bytes(n, pos0, nq, nkv, hd) (0 for a prefill
+// pass with hd > 128, which runs the SIMT kernel; it may be null then).
 constexpr int kMaxHeadDim = 512;
 constexpr int kAttentionSplitRows = 64;
 constexpr int kAttentionSplits = 128;
-size_t attention_workspace_bytes(int64_t n, int nq, int hd);
+size_t attention_workspace_bytes(int64_t n, int64_t pos0, int nq, int nkv, int hd);
 // Sets the split and flash kernels' attributes (shared memory past 48 KB) on the current device,
 // once; the first launch calls it too. The backend calls it when created, outside any recording.
 void prepare_attention();
@@ -49,12 +51,15 @@ void launch_attention(const float* q, const float* k_cache, const float* v_cache
                       int nq, int nkv, int hd, float* out, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream, const int64_t* pos0_device = nullptr);
 // The flash kernel behind launch_attention's passes of n > kAttentionSplitRows rows (tensor cores,
-// 3xTF32; attention_prefill_cuda.cu), callable for any n so that tests can check it on short passes
-// too. Same contract as launch_attention, no workspace; false (nothing queued) when hd > 128, which
-// it does not instantiate. prepare_attention_prefill sets its shared-memory attributes, once.
+// fp16 hi + lo; attention_prefill_cuda.cu), callable for any n so that tests can check it on short
+// passes too. Same contract as launch_attention at the host's pos0, with a workspace of
+// attention_prefill_workspace_bytes(pos0 + n, nkv, hd) (the keys converted to fp16 hi + lo tiles);
+// false (nothing queued) when hd > 128, which it does not instantiate. prepare_attention_prefill sets
+// its shared-memory attributes, once.
+size_t attention_prefill_workspace_bytes(int64_t keys, int nkv, int hd);
 bool launch_attention_prefill(const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t pos0,
-                              int nq, int nkv, int hd, float* out, cudaStream_t stream,
-                              const int64_t* pos0_device = nullptr);
+                              int nq, int nkv, int hd, float* out, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
 void prepare_attention_prefill();
 // Rows k, v [n, kw] into the caches at rows *pos0_device .. *pos0_device + n − 1.
 void launch_kv_append(const float* k, const float* v, int64_t n, int64_t kw, const int64_t* pos0_device,

@@ -4,13 +4,15 @@
 // it instantiates and zero-padded ones between them, and at a 40k-key context.
 //
 // Tolerance 2e-5 absolute (outputs are convex combinations of v ∈ [−1, 1]): the kernel multiplies on
-// tensor cores in 3xTF32 (about 2^-20 relative per product, and the tensor core's fp32 accumulation
-// truncates), so its scores differ from the CPU's fp32 dot products by ~1e-6 and its outputs by a few
-// 1e-6; plain TF32 would be ~1e-3 off and a fragment or masking error far more (or NaN from the
-// poisoned cache rows past the pass).
+// tensor cores in fp16 hi + lo (about 2^-21 relative per product, and the tensor core's fp32
+// accumulation truncates), so its scores differ from the CPU's fp32 dot products by ~1e-6 and its
+// outputs by a few 1e-6; one fp16 product would be ~1e-3 off and a fragment, scale or masking error
+// far more (or NaN from the poisoned cache rows past the pass or an unwritten workspace tile: the
+// workspace is NaN-poisoned before each call).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "attention_test_util.h"
@@ -32,8 +34,12 @@ std::string describe(Shape s, int64_t pos0, int64_t n) {
 // launch_attention_prefill, over device caches that hold rows [0, pos0 + n) and NaN past them, into
 // a NaN-poisoned output. Passes past kAttentionSplitRows also run through CudaBackend::attention
 // (new rows written by the backend into caches poisoned from pos0 on) and must give the same bits.
-// Row i's bits do not depend on n (a block that reaches further only adds masked keys, exactly 0):
-// every pass must agree with the shorter ones on their rows. Returns the largest error against the CPU.
+// Row i's bits do not depend on n here (a block that reaches further only adds masked keys, exactly
+// 0): every pass must agree with the shorter ones on their rows. The kernel's power-of-two scales
+// come from the pass's keys (K per 64-key tile, V per kv head), so that holds whenever a longer pass
+// keeps the scales, as it does for these inputs (the largest |k| and |v| keep their exponent); a
+// scale that moved could change the last bits of a row through fp16's subnormals, never more than
+// the tolerance. Returns the largest error against the CPU.
 double check_prefill(cuda::CudaBackend& be, Shape s, int64_t pos0, const std::vector<int64_t>& ns, uint64_t seed,
                      float q_range = 1.5f) {
   const int64_t rows = *std::max_element(ns.begin(), ns.end()), cap = pos0 + rows;
@@ -50,8 +56,10 @@ double check_prefill(cuda::CudaBackend& be, Shape s, int64_t pos0, const std::ve
     std::fill(hv.begin() + (pos0 + n) * kw, hv.end(), NAN);
     auto dkc = to_device(be, hk), dvc = to_device(be, hv);
     auto dout = poisoned_device(be, size_t(n * qw));
-    EXPECT_TRUE(cuda::launch_attention_prefill(dq.p(), dkc.p(), dvc.p(), n, pos0, s.nq, s.nkv, s.hd, dout.p(),
-                                               cudaStreamPerThread))
+    const size_t ws_bytes = cuda::attention_prefill_workspace_bytes(pos0 + n, s.nkv, s.hd);
+    auto ws = poisoned_device(be, ws_bytes / sizeof(float));
+    EXPECT_TRUE(cuda::launch_attention_prefill(dq.p(), dkc.p(), dvc.p(), n, pos0, s.nq, s.nkv, s.hd, dout.p(), ws.p(),
+                                               ws_bytes, cudaStreamPerThread))
         << what << ": head dim not instantiated";
     const std::vector<float> got = to_host(be, dout);
     const double err = max_rel_err(got, std::vector<float>(want.begin(), want.begin() + n * qw));
@@ -106,7 +114,7 @@ TEST(CudaAttention, FlashPrefillMatchesCpuForPaddedHeadDimsAndSharpScores) {
 }
 
 // A 64-row chunk (and a 65-row one, through the backend) after 40000 keys, the Nemotron-H head shape
-// and a group of 4; the position read from device memory (attention_at's path) gives the same bits.
+// and a group of 4.
 TEST(CudaAttention, FlashPrefillMatchesCpuAtLongContext) {
   TANDEM_SKIP_WITHOUT_CUDA();
   cuda::CudaBackend be;
@@ -116,26 +124,47 @@ TEST(CudaAttention, FlashPrefillMatchesCpuAtLongContext) {
   for (Shape s : {Shape{32, 2, 128}, Shape{4, 1, 64}})
     worst = std::max(worst, check_prefill(be, s, pos0, {64, 65}, seed += 3));
   record("flash prefill attention vs cpu at 40k keys (abs, |out| <= 1)", worst, kTol);
+}
 
+// Rows of very different magnitudes: q rows scaled by 2^-12 … 2^6 and k, v caches scaled by 1e-6 and
+// by 1e4 (the power-of-two scales must bring every operand into fp16's range, and P's scale keep the
+// small probabilities), against the CPU relative to the output's largest magnitude.
+TEST(CudaAttention, FlashPrefillKeepsPrecisionAcrossMagnitudes) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  cuda::CudaBackend be;
   const Shape s{8, 2, 128};
-  const int64_t n = 64, cap = pos0 + n, qw = int64_t(s.nq) * s.hd, kw = int64_t(s.nkv) * s.hd;
-  auto dq = to_device(be, random_vec(size_t(n * qw), seed + 10, -1.5f, 1.5f));
-  auto dkc = to_device(be, random_vec(size_t(cap * kw), seed + 11, -1.5f, 1.5f));
-  auto dvc = to_device(be, random_vec(size_t(cap * kw), seed + 12, -1.f, 1.f));
-  auto dpos = to_device(be, std::vector<int64_t>{pos0});
-  auto by_arg = poisoned_device(be, size_t(n * qw)), by_device = poisoned_device(be, size_t(n * qw));
-  ASSERT_TRUE(cuda::launch_attention_prefill(dq.p(), dkc.p(), dvc.p(), n, pos0, s.nq, s.nkv, s.hd, by_arg.p(),
-                                             cudaStreamPerThread));
-  ASSERT_TRUE(cuda::launch_attention_prefill(dq.p(), dkc.p(), dvc.p(), n, 0, s.nq, s.nkv, s.hd, by_device.p(),
-                                             cudaStreamPerThread, dpos.p()));
-  EXPECT_TRUE(same_bits(to_host(be, by_arg), to_host(be, by_device)));
+  const int64_t pos0 = 300, n = 200, qw = int64_t(s.nq) * s.hd, kw = int64_t(s.nkv) * s.hd;
+  double worst = 0;
+  for (float kv_scale : {1e-6f, 1e4f}) {
+    AttentionInputs in = attention_inputs(s, pos0, n, 3100 + uint64_t(kv_scale > 1), 0.05f);
+    for (int64_t i = 0; i < n * qw; ++i) in.q[size_t(i)] *= std::ldexp(1.0f, int((i / s.hd) % 19) - 12) / kv_scale;
+    for (float& x : in.k) x *= kv_scale;
+    for (float& x : in.v) x *= kv_scale;
+    std::vector<float> want(size_t(n * qw)), kc(in.k), vc(in.v);
+    cpu::attention(Tensor::f32(in.q.data(), n, qw), Tensor::f32(in.k.data() + pos0 * kw, n, kw),
+                   Tensor::f32(in.v.data() + pos0 * kw, n, kw), kc.data(), vc.data(), pos0 + n, pos0, s.nq, s.nkv,
+                   s.hd, Tensor::f32(want.data(), n, qw));
+    auto dq = to_device(be, in.q), dkc = to_device(be, in.k), dvc = to_device(be, in.v);
+    auto dout = poisoned_device(be, size_t(n * qw));
+    const size_t ws_bytes = cuda::attention_prefill_workspace_bytes(pos0 + n, s.nkv, s.hd);
+    auto ws = poisoned_device(be, ws_bytes / sizeof(float));
+    ASSERT_TRUE(cuda::launch_attention_prefill(dq.p(), dkc.p(), dvc.p(), n, pos0, s.nq, s.nkv, s.hd, dout.p(), ws.p(),
+                                               ws_bytes, cudaStreamPerThread));
+    const std::vector<float> got = to_host(be, dout);
+    double err = 0;
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(double(got[i]) - want[i]) / kv_scale);
+    EXPECT_LE(err, kTol) << "k, v scaled by " << kv_scale;
+    worst = std::max(worst, err);
+  }
+  record("flash prefill attention vs cpu across magnitudes (abs / |v| scale)", worst, kTol);
 }
 
 // Head dims past the largest instance are refused (launch_attention runs them on the SIMT kernel).
 TEST(CudaAttention, FlashPrefillRefusesHeadDimsPastItsInstances) {
   TANDEM_SKIP_WITHOUT_CUDA();
-  EXPECT_FALSE(cuda::launch_attention_prefill(nullptr, nullptr, nullptr, 100, 0, 2, 2, 200, nullptr,
+  EXPECT_FALSE(cuda::launch_attention_prefill(nullptr, nullptr, nullptr, 100, 0, 2, 2, 200, nullptr, nullptr, 0,
                                               cudaStreamPerThread));
+  EXPECT_EQ(cuda::attention_prefill_workspace_bytes(1000, 2, 200), 0u);
 }
 
 }  // namespace
