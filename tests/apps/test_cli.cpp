@@ -47,15 +47,6 @@ std::unique_ptr<Model> model(const std::string& rel) {
   return Model::load(o, reg);
 }
 
-// The ids `generate --print-ids` printed, in order.
-std::vector<int32_t> printed_ids(const std::string& out) {
-  std::stringstream ss(out);
-  std::vector<int32_t> ids;
-  int32_t v;
-  while (ss >> v) ids.push_back(v);
-  return ids;
-}
-
 // `generate --print-ids` on the tiny latent profile with `flags`: its ids equal generate()'s with `g`.
 CliRun expect_generate_ids(const std::string& flags, const GenerateOptions& g) {
   std::string pf = prompt_file();
@@ -63,7 +54,7 @@ CliRun expect_generate_ids(const std::string& flags, const GenerateOptions& g) {
                  " --print-ids " + flags);
   fs::remove(pf);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(printed_ids(r.out), generate(*model("hf/latent"), kPrompt, g).tokens);
+  EXPECT_EQ(test::ids_in(r.out), generate(*model("hf/latent"), kPrompt, g).tokens);
   return r;
 }
 
@@ -163,7 +154,7 @@ TEST(Cli, GeneratePromptThroughTheModelsTokenizer) {
   g.max_tokens = 12;
   g.context = 64;
   GenerateResult want = generate(*Model::load(o, reg), prompt, g);
-  EXPECT_EQ(printed_ids(ids.out), want.tokens);
+  EXPECT_EQ(test::ids_in(ids.out), want.tokens);
   // The text is those ids' bytes; control tokens (the EOS ids) have none.
   std::string bytes;
   for (int32_t t : want.tokens)

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,6 +78,17 @@ inline std::string data_path(const std::string& rel) { return env_or("TANDEM_TES
 // ../shared/data beside the checkout (real vocabularies, chat templates); CI has the same copy.
 inline std::string shared_data(const std::string& rel) { return std::string(TANDEM_SHARED_DATA) + "/" + rel; }
 inline std::string plugin_dir() { return env_or("TANDEM_TEST_BINARY_DIR", TANDEM_BINARY_DIR) + "/lib/tandem/plugins"; }
+
+// Whitespace-separated token ids from a string (tandem generate --print-ids output) or a file (a
+// fixture's prompt); reading stops at the first thing that is not an integer.
+inline std::vector<int32_t> ids_in(std::istream&& in) {
+  std::vector<int32_t> ids;
+  int32_t v;
+  while (in >> v) ids.push_back(v);
+  return ids;
+}
+inline std::vector<int32_t> ids_in(const std::string& text) { return ids_in(std::istringstream(text)); }
+inline std::vector<int32_t> read_ids(const std::string& path) { return ids_in(std::ifstream(path)); }
 
 inline std::vector<float> random_vec(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937_64 g(seed);

@@ -26,12 +26,4 @@ inline std::unique_ptr<Model> load_model(const std::string& path) {
   return Model::load(o, registry());
 }
 
-inline std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> v;
-  int32_t x;
-  while (f >> x) v.push_back(x);
-  return v;
-}
-
 }  // namespace tandem::test

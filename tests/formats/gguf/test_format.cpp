@@ -247,14 +247,6 @@ TEST(GgufFormat, LoadErrors) {
 
 // ---- end to end: the HF fixture as GGUF ----
 
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> v;
-  int32_t x;
-  while (f >> x) v.push_back(x);
-  return v;
-}
-
 // Writes the fixture's weights as a GGUF file the way llama.cpp's converter lays them out
 // (spec/nemotron_h.md § 10.3): ggml names, ne reversed, A = −exp(A_log), conv {K, C}, the gated-norm
 // weight {d_in/G, G}, experts stacked {in, out, E}. Matrices use `matrix_type`; vectors stay F32.
@@ -414,7 +406,7 @@ TEST_P(GgufEndToEnd, LogitsMatchTransformers) {
   auto m = Model::load(o, test::host_plugins());
   EXPECT_EQ(m->format_name(), "gguf");
   const int V = m->desc().vocab;
-  auto tokens = read_ids(fixture + "/prompt_7.txt");
+  auto tokens = ::tandem::test::read_ids(fixture + "/prompt_7.txt");
   NpyArray ref = read_npy(fixture + "/logits_7.npy");
   ASSERT_EQ(ref.shape, (std::vector<int64_t>{int64_t(tokens.size()), V}));
   auto seq = m->new_sequence(64);
