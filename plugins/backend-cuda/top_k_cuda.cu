@@ -56,20 +56,6 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
   }
 }
 
-// Block-wide sum of doubles in a fixed tree (warp butterflies, then the warps in order).
-__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  double t = lane < warps ? scratch[lane] : 0.0;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-  return t;
-}
-
 // Grid (chunks, rows). Each thread holds kTopPer logits; each warp picks its top-k from them in k rounds
 // (the best entry after the previous pick), then warp 0 merges the warps' lists the same way.
 __global__ void top_k_chunk_kernel(const float* logits, int64_t V, int k, TopKParts out) {
@@ -96,7 +82,7 @@ __global__ void top_k_chunk_kernel(const float* logits, int64_t V, int k, TopKPa
 #pragma unroll
   for (int t = 0; t < kTopPer; ++t)
     if (base + int64_t(t) * kTopThreads < V && x[t] != -INFINITY) s += double(expf(x[t] - mx));
-  s = block_sum_f64(s, dscratch);
+  s = block_sum(s, dscratch);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float pv = INFINITY;
   int pi = -1;
@@ -159,7 +145,7 @@ __global__ void top_k_merge_kernel(TopKParts in, int chunks, int k, int32_t* ids
     const double w = m == -INFINITY ? 0.0 : exp(double(m) - double(M));
     s += w * in.sum[e0 + c];
   }
-  s = block_sum_f64(s, dscratch);
+  s = block_sum(s, dscratch);
   // Every logit −inf or NaN: log_softmax is undefined (NaN), as max + log Σ exp(l − max) gives.
   const float lse = M == -INFINITY ? NAN : M + float(log(s));
   const int C = chunks * k;

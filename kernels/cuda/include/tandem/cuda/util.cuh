@@ -87,23 +87,32 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
 }
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
 
-// Block-wide sum in a fixed tree (warp sums, then the warp sums in warp order). `scratch` holds 32
-// floats; every thread gets the result. Callers must call it from all threads of the block.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// Block-wide sum in a fixed tree (warp sums, then the warp sums in warp order), of floats or of
+// doubles. `scratch` holds 32 of them; every thread gets the result. Callers must call it from all
+// threads of the block.
+template <class T>
+__device__ __forceinline__ T block_sum_of(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  float t = lane < warps ? scratch[lane] : 0.0f;
+  T t = lane < warps ? scratch[lane] : T(0);
   return warp_sum(t);
 }
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_sum_of(v, scratch); }
+__device__ __forceinline__ double block_sum(double v, double* scratch) { return block_sum_of(v, scratch); }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   v = warp_max(v);
