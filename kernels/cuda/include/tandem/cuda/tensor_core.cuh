@@ -3,8 +3,9 @@
 // mma.sync.m16n8k16 (fp16 × fp16 → fp32, and bf16 × bf16 → fp32) and the exact
 // activation split — a group scaled by a power of two into [2^14, 2^15) (pow2_scale<14>, device_bits.cuh),
 // then x' = hi + lo in fp16 —
-// and for the EXL3 mul1 GEMV one mma.sync.m16n8k32 (u8 × s8 → s32); for the backend's flash
-// attention one mma.sync.m16n8k8 (tf32 × tf32 → fp32) and the 3xTF32 split of an fp32 operand.
+// (the backend's flash prefill attention splits its scaled operands so too), and for the EXL3 mul1
+// GEMV one mma.sync.m16n8k32 (u8 × s8 → s32); for the backend's split-KV attention and the Mamba2
+// SSD scan one mma.sync.m16n8k8 (tf32 × tf32 → fp32) and the 3xTF32 split of an fp32 operand.
 // Owner: n/a. Thread: any. Sync: none (mma16816 needs the whole warp converged).
 #pragma once
 #include <cuda_fp16.h>
