@@ -13,6 +13,6 @@ set -eu
 out=$1 filter=$2; shift 2; [[ $1 == -- ]] && shift
 ncu --clock-control none -k "regex:$filter" ${NCU_ARGS:---launch-skip 2 -c 3} \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
-  --section WarpStateStats "$@" > "$out.raw" 2>&1 || true
+  --section WarpStateStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' "$@" > "$out.raw" 2>&1 || true
 grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction|Stall|stall" "$out.raw" > "$out" || true
 echo "summary: $out (full report: $out.raw)"
