@@ -686,12 +686,6 @@ struct GemmStage {
   __half hi[kBm][kXRow], lo[kBm][kXRow];
   float sc[kBm];
 };
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
-  const unsigned a = unsigned(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 // 128-block b of the 64 rows row_of(0 .. 63) into st (256 threads; one commit group).
 template <class RowOf>
 __device__ __forceinline__ void stage_x(GemmStage& st, const __half* xhi, const __half* xlo, const float* xsc,
@@ -708,7 +702,7 @@ __device__ __forceinline__ void stage_x(GemmStage& st, const __half* xhi, const 
 // f0, f1 hi (inputs 2q, 2q+1 | 2q+8, 2q+9 of row g), f2, f3 lo.
 __device__ __forceinline__ void stage_fragments(const GemmStage& st, int nb, int tt, int lane, uint32_t (&f)[4]) {
   const int lm = lane / 8, row = nb * 8 + lane % 8, col = tt * 16 + (lm & 1) * 8;
-  ldmatrix_x4(f, lm < 2 ? &st.hi[row][col] : &st.lo[row][col]);
+  cuda::ldmatrix_x4(f, lm < 2 ? &st.hi[row][col] : &st.lo[row][col]);
 }
 
 // acc += the 128-block's sums t of n-block nb times their rows' scales: lane (g, q) holds rows

@@ -15,8 +15,9 @@
 //
 // Two passes. split_kv converts the keys [0, pos0 + n) of the cache once per call into the workspace
 // (attention_prefill_workspace_bytes): K as hi and lo tiles [64 keys][HD] with one scale per tile, V
-// transposed [HD][64 keys] (the P·V fragments then read two consecutive keys as one 32-bit word), rows
-// past the pass and dims past hd zero. The flash kernel then stages those tiles with cp.async.
+// transposed [HD][64 keys] (so that P·V's B fragments, like Q·Kᵀ's, are rows of 16-bit elements along
+// k), rows past the pass and dims past hd zero. The flash kernel stages those tiles with cp.async and
+// reads Q·Kᵀ's B fragments, hi and lo, with one ldmatrix_x4 (P·V's with 32-bit loads: registers).
 //
 // Tiling. For kv head g the n·group (row, query head) pairs are numbered pair = row·group + h (h the
 // head within the group) and cut into tiles of kRows = 64 consecutive pairs; one block of 4 warps per
@@ -151,8 +152,8 @@ __global__ void __launch_bounds__(kThreads) split_v_kernel(const float* vc, int6
 
 template <int HD>
 struct FlashLayout {
-  // K rows and V (transposed) rows in halves: the 32-bit fragment reads of a warp (8 rows × 4 words)
-  // fall in 32 distinct banks when the row is ≡ 4 words mod 32.
+  // K rows and V (transposed) rows in halves: ldmatrix's 8 rows of 16 bytes fall in 32 distinct
+  // banks when the row is ≡ 16 bytes mod 128 (HD + 8 and 64 + 8 halves).
   static constexpr int kKStride = HD + 8;
   static constexpr int kVStride = kKeys + 8;
   static constexpr int kKHalves = kKeys * kKStride, kVHalves = HD * kVStride;
@@ -171,8 +172,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t tile = tiles - 1 - int64_t(blockIdx.x / unsigned(nkv));
   const int64_t first = tile * kRows, last = (first + kRows < pairs ? first + kRows : pairs) - 1;
   const int64_t qw = int64_t(nq) * hd;
-  const int64_t keys = pos0 + last / group + 1;       // the block reads keys [0, keys)
-  const int64_t unmasked = pos0 + first / group + 1;  // keys below this are visible to every pair
+  const int keys = int(pos0 + last / group + 1);       // the block reads keys [0, keys) (< 2^31: checked)
+  const int unmasked = int(pos0 + first / group + 1);  // keys below this are visible to every pair
 
   extern __shared__ float4 flash_smem4[];
   __half* kh = reinterpret_cast<__half*>(flash_smem4);  // [kKeys][kKStride]
@@ -181,8 +182,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   __half* vl = vh + L::kVHalves;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
   const size_t tile0 = size_t(g) * sp.tiles;
+  // This lane's row address for ldmatrix_x4 of K: lanes 8m … 8m + 7 name keys 0 … 7 of matrix m, which
+  // is hi (m = 0, 1) or lo (m = 2, 3), dims 0 … 7 (m even) or 8 … 15 (m odd) of a 16-dim step.
+  const int lm = lane >> 3;
+  const unsigned k_rows = unsigned(__cvta_generic_to_shared((lm < 2 ? kh : kl) + (lane & 7) * L::kKStride + 8 * (lm & 1)));
 
-  auto stage_k = [&](int64_t t0) {
+  auto stage_k = [&](int t0) {
     constexpr int kChunks = HD / 8;  // 16-byte chunks per row
     const size_t src = (tile0 + size_t(t0 / kKeys)) * kKeys * HD;
     for (int e = threadIdx.x; e < kKeys * kChunks; e += kThreads) {
@@ -191,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       cp_async16(kl + r * L::kKStride + c, sp.klo + src + r * HD + c);
     }
   };
-  auto stage_v = [&](int64_t t0) {
+  auto stage_v = [&](int t0) {
     constexpr int kChunks = kKeys / 8;
     const size_t src = (tile0 + size_t(t0 / kKeys)) * kKeys * HD;
     for (int e = threadIdx.x; e < HD * kChunks; e += kThreads) {
@@ -212,13 +217,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   // same for row gq+8; 2, 3 → dims + 8.
   uint32_t qh[kD16][4], ql[kD16][4];
   float qmul[2];
-  int64_t lim[2];
+  int lim[2];
   {
     float x[2][kD16][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t pair = first + warp * 16 + gq + 8 * r;
-      lim[r] = pos0 + (pair < last ? pair : last) / group + 1;
+      lim[r] = int(pos0 + (pair < last ? pair : last) / group + 1);
       const float* qr = q + pair_offset(pair <= last ? pair : last);
       float mx = 0.f;
 #pragma unroll
@@ -252,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int nd = 0; nd < kD8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
 
-  for (int64_t t0 = 0; t0 < keys; t0 += kKeys) {
+  for (int t0 = 0; t0 < keys; t0 += kKeys) {
     cp_async_wait<0>();
     __syncthreads();  // K of this tile visible; every warp is done with the previous V
     stage_v(t0);
@@ -268,12 +273,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int j = 0; j < kKeySteps; ++j) {
         if (t0 + 8 * j >= keys) break;
-        const int at = (8 * j + gq) * L::kKStride + 16 * kd + 2 * tq;
-        const uint32_t bh0 = *reinterpret_cast<const uint32_t*>(kh + at), bh1 = *reinterpret_cast<const uint32_t*>(kh + at + 8);
-        const uint32_t bl0 = *reinterpret_cast<const uint32_t*>(kl + at), bl1 = *reinterpret_cast<const uint32_t*>(kl + at + 8);
-        mma16816(s[j], ql[kd][0], ql[kd][1], ql[kd][2], ql[kd][3], bh0, bh1);
-        mma16816(s[j], qh[kd][0], qh[kd][1], qh[kd][2], qh[kd][3], bl0, bl1);
-        mma16816(s[j], qh[kd][0], qh[kd][1], qh[kd][2], qh[kd][3], bh0, bh1);
+        uint32_t b[4];  // hi dims 16kd + 2tq, +1 | +8, +9 of key 8j + gq; then lo
+        ldmatrix_x4(b, k_rows + unsigned((8 * j * L::kKStride + 16 * kd) * sizeof(__half)));
+        mma16816(s[j], ql[kd][0], ql[kd][1], ql[kd][2], ql[kd][3], b[0], b[1]);
+        mma16816(s[j], qh[kd][0], qh[kd][1], qh[kd][2], qh[kd][3], b[2], b[3]);
+        mma16816(s[j], qh[kd][0], qh[kd][1], qh[kd][2], qh[kd][3], b[0], b[1]);
       }
     }
 
@@ -334,12 +338,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       split2(s[2 * jj + 1][2], s[2 * jj + 1][3], ah[3], al[3]);
 #pragma unroll
       for (int nd = 0; nd < kD8; ++nd) {
+        // Keys 16jj + 2tq, +1 | +8, +9 of dim 8nd + gq, hi then lo: plain 32-bit loads here (as
+        // ldmatrix_x4 the HD = 128 instance would spill: 255 registers).
         const int at = (8 * nd + gq) * L::kVStride + 16 * jj + 2 * tq;
-        const uint32_t bh0 = *reinterpret_cast<const uint32_t*>(vh + at), bh1 = *reinterpret_cast<const uint32_t*>(vh + at + 8);
-        const uint32_t bl0 = *reinterpret_cast<const uint32_t*>(vl + at), bl1 = *reinterpret_cast<const uint32_t*>(vl + at + 8);
-        mma16816(o[nd], al[0], al[1], al[2], al[3], bh0, bh1);
-        mma16816(o[nd], ah[0], ah[1], ah[2], ah[3], bl0, bl1);
-        mma16816(o[nd], ah[0], ah[1], ah[2], ah[3], bh0, bh1);
+        uint32_t b[4];
+        b[0] = *reinterpret_cast<const uint32_t*>(vh + at), b[1] = *reinterpret_cast<const uint32_t*>(vh + at + 8);
+        b[2] = *reinterpret_cast<const uint32_t*>(vl + at), b[3] = *reinterpret_cast<const uint32_t*>(vl + at + 8);
+        mma16816(o[nd], al[0], al[1], al[2], al[3], b[0], b[1]);
+        mma16816(o[nd], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma16816(o[nd], ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
       }
     }
   }
@@ -386,8 +393,8 @@ void launch_flash(const float* q, const float* k_cache, const float* v_cache, in
   const size_t need = split_bytes(keys, nkv, HD);
   check(workspace && workspace_bytes >= need, "attention (flash): workspace of ", workspace_bytes, " bytes for ",
         keys, " keys, expected at least ", need);
-  check(nkv <= 65535 && ceil_div(keys, kKeys) <= INT32_MAX, "attention (flash): ", keys, " keys of ", nkv,
-        " kv heads exceed the split grid");
+  check(nkv <= 65535 && keys <= INT32_MAX, "attention (flash): ", keys, " keys of ", nkv,
+        " kv heads exceed the kernel's int32 key count or the split grid");
   const int64_t blocks = ceil_div(n * (nq / nkv), kRows) * nkv;
   check(blocks <= INT32_MAX, "attention (flash): ", n, " rows of ", nq, " heads need ", blocks,
         " blocks, more than a grid holds");

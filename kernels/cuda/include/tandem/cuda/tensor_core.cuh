@@ -81,6 +81,20 @@ __device__ __forceinline__ void mma1688_3xtf32(float (&d)[4], const uint32_t (&a
   mma1688_tf32(d, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
 }
 
+// Four 8 × 8 matrices of 16-bit elements from shared memory: lanes 8m … 8m + 7 give the addresses of
+// matrix m's rows 0 … 7 (16 bytes each, 16-byte aligned); r[m] of lane i holds matrix m's row i/4,
+// elements 2·(i%4) and +1, which is the B fragment of mma16816 when the matrix rows are B's columns
+// (n) and its elements run along k. Rows at a stride ≡ 16 bytes mod 128 hit all 32 banks.
+// The same at a shared-memory address (__cvta_generic_to_shared), which a kernel can keep in one register.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  ldmatrix_x4(r, unsigned(__cvta_generic_to_shared(smem_row)));
+}
+
 // x = hi + lo with hi = fp16(x), lo = fp16(x − hi): about 22 significant bits.
 __device__ __forceinline__ void split_hi_lo(float x, __half& hi, __half& lo) {
   hi = __float2half_rn(x);
