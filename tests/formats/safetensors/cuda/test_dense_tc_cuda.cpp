@@ -43,6 +43,22 @@ struct Shape {
   int64_t m, k;
 };
 
+// A random `dtype` weight [m, k] with its CPU tensor, its device tensor and its dequantized values
+// (for dot_rel_err). Not copied or moved: the CPU tensor reads the stored bytes in place.
+struct Weight {
+  Weight(const char* dtype, Shape s, uint64_t seed, Backend& be)
+      : st(make_weight(dtype, s.m, s.k, seed)), host(st.raw()), gpu(load_dense_cuda(st.raw(), be)),
+        w(size_t(s.m * s.k)) {
+    host.dequantize(w.data());
+  }
+  Weight(const Weight&) = delete;
+  Weight& operator=(const Weight&) = delete;
+  Stored st;
+  DenseTensor host;
+  std::unique_ptr<QuantizedTensor> gpu;
+  std::vector<float> w;
+};
+
 const int64_t kRows[] = {1, 3, 8, 16, 17, 64, 300};
 
 TEST_F(DenseTcCuda, MatmulMatchesCpu) {
@@ -61,21 +77,13 @@ TEST_F(DenseTcCuda, MatmulMatchesCpu) {
       worst = std::max(worst, e);
     };
     for (Shape s : shapes) {
-      Stored st = make_weight(dtype, s.m, s.k, seed++);
-      DenseTensor host(st.raw());
-      auto gpu = load_dense_cuda(st.raw(), *be);
-      std::vector<float> w(size_t(s.m * s.k));
-      host.dequantize(w.data());
-      for (int64_t n : kRows) check(s, n, *gpu, host, w);
+      Weight wt(dtype, s, seed++, *be);
+      for (int64_t n : kRows) check(s, n, *wt.gpu, wt.host, wt.w);
     }
     // A prefill-sized batch (and, for 1100 × 2048, the 128 × 128 tiling on any GPU of ≤ 144 SMs).
     for (Shape s : {Shape{40, 4096}, Shape{1100, 256}}) {
-      Stored st = make_weight(dtype, s.m, s.k, seed++);
-      DenseTensor host(st.raw());
-      auto gpu = load_dense_cuda(st.raw(), *be);
-      std::vector<float> w(size_t(s.m * s.k));
-      host.dequantize(w.data());
-      check(s, 2048, *gpu, host, w);
+      Weight wt(dtype, s, seed++, *be);
+      check(s, 2048, *wt.gpu, wt.host, wt.w);
     }
   }
   std::printf("[measure] dense tensor-core matmul vs cpu: max |Δ| / Σ|x·w| = %.3g (tolerance %.3g)\n", worst, tol);
@@ -126,11 +134,10 @@ TEST_F(DenseTcCuda, RowsAreBitIdenticalForEveryBatchSize) {
 TEST_F(DenseTcCuda, F16KeepsActivationsOutsideTheFp16Range) {
   const double tol = 1e-5;
   const int64_t m = 70, k = 4096;
-  Stored st = make_weight("F16", m, k, 9000);
-  DenseTensor host(st.raw());
-  auto gpu = load_dense_cuda(st.raw(), *be);
-  std::vector<float> w(size_t(m * k));
-  host.dequantize(w.data());
+  Weight wt("F16", {m, k}, 9000, *be);
+  DenseTensor& host = wt.host;
+  QuantizedTensor& gpu = *wt.gpu;
+  const std::vector<float>& w = wt.w;
   double worst = 0;
   for (int64_t n : {int64_t(1), int64_t(5), int64_t(16), int64_t(40)}) {
     auto x = random_vec(size_t(n * k), 9100 + uint64_t(n), -1.f, 1.f);
@@ -146,7 +153,7 @@ TEST_F(DenseTcCuda, F16KeepsActivationsOutsideTheFp16Range) {
     std::vector<float> want(size_t(n * m));
     host.matmul(Tensor::f32(x.data(), n, k), Tensor::f32(want.data(), n, m));
     Dev dx = upload(*be, x);
-    const double e = dot_rel_err(run(*gpu, dx, 0, n, m, k), want, x, w, n, m, k);
+    const double e = dot_rel_err(run(gpu, dx, 0, n, m, k), want, x, w, n, m, k);
     EXPECT_LE(e, tol) << "n " << n;
     worst = std::max(worst, e);
   }
@@ -194,11 +201,10 @@ TEST_F(DenseTcCuda, EveryVariantGivesTheSameBits) {
   uint64_t seed = 9700;
   for (const char* dtype : {"BF16", "F16"})
     for (Shape s : shapes) {
-      Stored st = make_weight(dtype, s.m, s.k, seed++);
-      DenseTensor host(st.raw());
-      auto gpu = load_dense_cuda(st.raw(), *be);
-      std::vector<float> w(size_t(s.m * s.k));
-      host.dequantize(w.data());
+      Weight wt(dtype, s, seed++, *be);
+      DenseTensor& host = wt.host;
+      QuantizedTensor* gpu = wt.gpu.get();
+      const std::vector<float>& w = wt.w;
       auto x = random_vec(size_t(N * s.k), seed++, -2.f, 2.f);
       Dev dx = upload(*be, x);
       cuda::set_dense_tc_variant("base");
