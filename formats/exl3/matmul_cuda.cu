@@ -122,8 +122,11 @@ __global__ void rotate_out_kernel(const OutArgs a) {
 // GEMV's split), its 2^−e in xsc[r][b]. One warp per (row, 128-block).
 // Gathers: row r is x[r / per_x] with expert ids[r]'s suh (a row with an id out of range is left as
 // it is: no expert lists it, and rotate_out writes it NaN).
+// With row_max (PrefillImpl::kGlobal) every 128-block of row r takes the row's scale, from the bits of
+// max |xh[r]| that row_max_kernel left there.
 __global__ void rotate_split_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
-                                    const float* suh, int64_t k, int64_t rows, __half* xhi, __half* xlo, float* xsc) {
+                                    const float* suh, int64_t k, int64_t rows, const unsigned* row_max, __half* xhi,
+                                    __half* xlo, float* xsc) {
   RowBlock rb;
   if (!row_block(rows, k, ids, n_experts, suh, rb)) return;
   const int64_t r = rb.r, b = rb.b, blocks = k / kHad;
@@ -133,6 +136,7 @@ __global__ void rotate_split_kernel(const float* x, int64_t in_features, int per
   float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (row_max) mx = __uint_as_float(row_max[r]);
   const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
   __half hi[4], lo[4];
 #pragma unroll
@@ -306,6 +310,21 @@ void rotate_out(OutArgs a, cudaStream_t s) {
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// max |xh[r]| over the row's 128-blocks into row_max[r] (as float bits: non-negative floats order as
+// unsigned ints; zeroed before), one warp per (row, 128-block) as rotate_split_kernel.
+__global__ void row_max_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
+                               const float* suh, int64_t k, int64_t rows, unsigned* row_max) {
+  RowBlock rb;
+  if (!row_block(rows, k, ids, n_experts, suh, rb)) return;
+  const int lane = int(threadIdx.x) % 32;
+  float v[4];
+  rotated_values(x, in_features, rb.r / per_x, rb.su, rb.b, lane, v);
+  float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) atomicMax(row_max + rb.r, __float_as_uint(mx));
+}
+
 // The prefill GEMMs' split input (rotate_split_kernel) of `rows` rows, carved from the front of ws
 // (which then points past it); ids/per_x as for the gather (null ids: row r is x[r]).
 struct SplitInput {
@@ -314,7 +333,8 @@ struct SplitInput {
   float* sc;
 };
 size_t split_input_bytes(const DeviceWeights& w, int64_t rows) {
-  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4);
+  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4) +
+         align256(size_t(rows) * 4);  // kGlobal's row maxima
 }
 SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const int32_t* ids, int64_t rows, char*& ws,
                        cudaStream_t s) {
@@ -322,9 +342,18 @@ SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const 
   in.hi = reinterpret_cast<__half*>(ws);
   in.lo = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 2));
   in.sc = reinterpret_cast<float*>(ws + 2 * align256(size_t(rows * w.k) * 2));
+  unsigned* row_max = nullptr;
+  if (prefill_impl() == PrefillImpl::kGlobal) {
+    row_max = reinterpret_cast<unsigned*>(ws + 2 * align256(size_t(rows * w.k) * 2) +
+                                          align256(size_t(rows * (w.k / kHad)) * 4));
+    cuda::check_cuda(cudaMemsetAsync(row_max, 0, size_t(rows) * 4, s), "exl3: clear the row maxima");
+    row_max_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(x, w.in_features, per_x, ids, w.n_experts,
+                                                                       w.suh, w.k, rows, row_max);
+    check_launch("exl3 row_max");
+  }
   ws += split_input_bytes(w, rows);
-  rotate_split_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(x, w.in_features, per_x, ids, w.n_experts,
-                                                                          w.suh, w.k, rows, in.hi, in.lo, in.sc);
+  rotate_split_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(
+      x, w.in_features, per_x, ids, w.n_experts, w.suh, w.k, rows, row_max, in.hi, in.lo, in.sc);
   check_launch("exl3 rotate_split");
   return in;
 }
@@ -399,13 +428,17 @@ GemvMode gemv_mode() {
 
 // Which prefill GEMMs run, from TANDEM_EXL3_PREFILL_OLD (unset or 0: the fused prefill_gemm_kernel;
 // 1: decode_kernel + gemm_tc_kernel + rotate_out and the old grouped gather, for side-by-side timing).
-// Both give every output the same bits.
+// Both give every output the same bits. TANDEM_EXL3_PREFILL_GLOBAL=1 (with OLD unset or 0) takes the
+// fused kernel with a row scale (PrefillImpl::kGlobal, an experiment: other bits).
 namespace {
 PrefillImpl& prefill_impl_ref() {
   static PrefillImpl impl = [] {
     const char* e = std::getenv("TANDEM_EXL3_PREFILL_OLD");
     const std::string v = e ? e : "";
-    if (v.empty() || v == "0") return PrefillImpl::kFused;
+    const char* gl = std::getenv("TANDEM_EXL3_PREFILL_GLOBAL");
+    const std::string g = gl ? gl : "";
+    if (g != "" && g != "0" && g != "1") fail("TANDEM_EXL3_PREFILL_GLOBAL: unknown value '", g, "' (0 or 1)");
+    if (v.empty() || v == "0") return g == "1" ? PrefillImpl::kGlobal : PrefillImpl::kFused;
     if (v == "1") return PrefillImpl::kOld;
     fail("TANDEM_EXL3_PREFILL_OLD: unknown value '", v, "' (0 or 1)");
   }();
@@ -450,7 +483,7 @@ size_t matmul_workspace_bytes(const DeviceWeights& w, int64_t rows) {
     const size_t xh = p.fuse_in || gemv_mode() != GemvMode::kFp32 ? 0 : align256(size_t(pad * w.k) * 4);
     return xh + (p.splits > 1 ? size_t(p.splits) * size_t(rows * w.n) * 4 : 0);
   }
-  if (prefill_impl() == PrefillImpl::kFused) return split_input_bytes(w, rows);
+  if (prefill_impl() != PrefillImpl::kOld) return split_input_bytes(w, rows);
   const int64_t C = prefill_chunk(w);
   return split_input_bytes(w, rows) + align256(size_t(rows * C) * 4) + size_t(w.k * C) * 2;
 }
@@ -490,12 +523,13 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     else launch_gemv(a, w.K, w.cb, pad, false, p.fuse_in, dim3(p.blocks_x, unsigned(p.splits), 1), p.smem, stream);
     return;
   }
-  if (prefill_impl() == PrefillImpl::kFused) {
+  if (prefill_impl() != PrefillImpl::kOld) {
     const SplitInput in = split_input(w, x, 1, nullptr, rows, ws, stream);
     PrefillArgs p;
     p.w = w.trellis, p.strips = int(w.n / 16);
     p.xhi = in.hi, p.xlo = in.lo, p.xsc = in.sc, p.k = w.k, p.n = w.n, p.rows = rows;
     p.svh = w.svh, p.bias = w.bias, p.out_features = w.out_features, p.y = y, p.epilogue = w.epilogue;
+    p.global = prefill_impl() == PrefillImpl::kGlobal;
     const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned((rows + kBm - 1) / kBm));
     with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(p, w.cb, grid, stream); });
     check_launch("exl3 prefill gemm");
@@ -530,7 +564,7 @@ namespace {
 // one decode of its weights per 64 instead of per ~12).
 constexpr int64_t kPfGatherRowChunk = 24576;
 int64_t gather_chunk(int64_t rows, int per_x) {
-  const int64_t c = rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused ? kPfGatherRowChunk
+  const int64_t c = rows > kGatherGemvMaxRows && prefill_impl() != PrefillImpl::kOld ? kPfGatherRowChunk
                                                                                       : kGatherRowChunk;
   return std::min<int64_t>(rows, std::max<int64_t>(per_x, c / per_x * per_x));
 }
@@ -543,14 +577,14 @@ int64_t gather_tiles_max(const DeviceWeights& w, int64_t rc) {
 // The split input and z (old) or the row list and tile table (fused) of one round of the grouped
 // prefill gather.
 size_t gather_gemm_bytes(const DeviceWeights& w, int64_t rc) {
-  if (prefill_impl() == PrefillImpl::kFused)
+  if (prefill_impl() != PrefillImpl::kOld)
     return split_input_bytes(w, rc) + align256(size_t(rc) * 4) + align256(size_t(gather_tiles_max(w, rc)) * 16) + 256;
   return split_input_bytes(w, rc) + size_t(rc * w.n) * 4;
 }
 
 size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
   const int64_t rc = gather_chunk(rows, per_x);
-  if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) return gather_gemm_bytes(w, rc);
+  if (rows > kGatherGemvMaxRows && prefill_impl() != PrefillImpl::kOld) return gather_gemm_bytes(w, rc);
   const GemvPlan p = plan_gemv(w, 1, true);
   const size_t gemv = (p.fuse_in ? 0 : align256(size_t(rc * w.k) * 4)) +
                       (p.splits > 1 ? size_t(p.splits) * size_t(rc * w.n) * 4 : 0);
@@ -558,7 +592,7 @@ size_t gather_workspace_bytes(const DeviceWeights& w, int64_t rows, int per_x) {
 }
 
 size_t gather_counters(const DeviceWeights& w, int64_t rows, int per_x) {
-  if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) return 0;
+  if (rows > kGatherGemvMaxRows && prefill_impl() != PrefillImpl::kOld) return 0;
   const GemvPlan p = plan_gemv(w, 1, true);
   return p.splits > 1 ? size_t(p.blocks_x) * size_t(gather_chunk(rows, per_x)) : 0;
 }
@@ -574,7 +608,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
     const int32_t* ids_c = ids + r0;
     float* y_c = y + r0 * w.out_features;
     const float* x_c = x + (r0 / per_x) * w.in_features;
-    if (rows > kGatherGemvMaxRows && prefill_impl() == PrefillImpl::kFused) {
+    if (rows > kGatherGemvMaxRows && prefill_impl() != PrefillImpl::kOld) {
       const SplitInput in = split_input(w, x_c, per_x, ids_c, rc, ws, stream);
       int* list = reinterpret_cast<int*>(ws);
       ws += align256(size_t(rc) * 4);
@@ -596,6 +630,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
       pa.xhi = in.hi, pa.xlo = in.lo, pa.xsc = in.sc, pa.k = w.k, pa.n = w.n;
       pa.list = list, pa.tiles = tiles, pa.ntiles = ntiles;
       pa.svh = w.svh, pa.bias = w.bias, pa.out_features = w.out_features, pa.y = y_c, pa.epilogue = w.epilogue;
+      pa.global = prefill_impl() == PrefillImpl::kGlobal;
       const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned(tmax));
       with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(pa, w.cb, grid, stream); });
       check_launch("exl3 prefill gather gemm");

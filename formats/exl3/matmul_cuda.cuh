@@ -37,7 +37,10 @@ GemvMode gemv_mode();
 // TANDEM_EXL3_PREFILL_OLD (0 or unset / 1; another value fails naming it). Both give the same bits.
 // set_prefill_impl overrides it for the process (tests and benchmarks; not while a call is queued
 // between its workspace query and its launch).
-enum class PrefillImpl { kFused, kOld };
+// kGlobal (experiment, TANDEM_EXL3_PREFILL_GLOBAL=1): the fused kernel with one activation scale a row
+// (not a 128-block), so its products sum on the tensor cores over all of k in one accumulator set (126
+// registers, two stages: two blocks an SM); other bits than kFused/kOld, checked against the CPU.
+enum class PrefillImpl { kFused, kOld, kGlobal };
 PrefillImpl prefill_impl();
 void set_prefill_impl(PrefillImpl impl);
 

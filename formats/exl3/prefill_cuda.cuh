@@ -21,14 +21,18 @@ namespace tandem::exl3::kcuda {
 // memory and each warp applies the output Hadamard, ×svh, + bias and the epilogue per (row, 128 cols).
 constexpr int kPfBn = 256;
 constexpr int kPfStrips = kPfBn / 16;
-constexpr int kPfStages = 3;
+// Stages: 3 with a 128-block scale (one block an SM: 193 registers), 2 with a row scale (G: 126
+// registers, two blocks an SM).
+template <bool G>
+constexpr int kPfStagesOf = G ? 2 : 3;
 constexpr int kPfZRow = kPfBn + 4;  // floats per z row in the epilogue: lanes (g, q) of a store hit 32 banks
-template <int K>
+template <int K, bool G = false>
 struct PfLayout {
+  static constexpr int kStages = kPfStagesOf<G>;
   static constexpr int kWords = 8 * kPfStrips * 8 * K;  // 8 tile rows × 16 strips × 8K words
   static constexpr size_t kStageBytes = sizeof(GemmStage) + size_t(kWords) * 4;
   static constexpr size_t kZBytes = size_t(kBm) * kPfZRow * 4;
-  static constexpr size_t kBytes = kPfStages * kStageBytes > kZBytes ? kPfStages * kStageBytes : kZBytes;
+  static constexpr size_t kBytes = kStages * kStageBytes > kZBytes ? kStages * kStageBytes : kZBytes;
 };
 
 struct PrefillArgs {
@@ -48,6 +52,7 @@ struct PrefillArgs {
   int64_t out_features = 0;
   float* y = nullptr;
   int epilogue = 0;
+  bool global = false;  // PrefillImpl::kGlobal: xsc holds one scale a row (every 128-block the same)
 };
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
@@ -57,10 +62,14 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
-template <int K, int CB>
-__global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs a) {
+// G (PrefillImpl::kGlobal): every 128-block of a row has the row's scale, so the products accumulate
+// on the tensor cores over all of k in acc itself (no per-block partial t and fold: half the
+// accumulator registers) and the scale multiplies the sums once, in the epilogue.
+template <int K, int CB, bool G>
+__global__ void __launch_bounds__(256, G ? 2 : 1) prefill_gemm_kernel(const PrefillArgs a) {
   extern __shared__ __align__(16) unsigned char pf_smem[];
-  using L = PfLayout<K>;
+  using L = PfLayout<K, G>;
+  constexpr int kPfStages = L::kStages;
   constexpr int kW = 8 * K;  // words per tile
   __shared__ int rows_s[kBm];
   __shared__ float sv_s[kPfBn], bi_s[kPfBn];  // the block's columns of svh and bias, for the epilogue
@@ -109,8 +118,10 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
   const LaneWords lw = lane_words<K>(lane);
   float acc[2][8][4] = {};
   stage(0);
-  if (nhb > 1) stage(1);
-  else cp_async_commit();
+  if constexpr (kPfStages == 3) {
+    if (nhb > 1) stage(1);
+    else cp_async_commit();
+  }
   {  // while the first stages are in flight (the loop's first barrier publishes them)
     const int64_t col = int64_t(j0) * 16 + tid;
     sv_s[tid] = col < a.n ? a.svh[int64_t(e) * a.n + col] : 0.0f;
@@ -118,14 +129,16 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
   }
   for (int64_t b = 0; b < nhb; ++b) {
     cp_async_wait<kPfStages - 2>();
-    __syncthreads();  // stage b is visible; every warp is done with stage b − 1, whose slot b + 2 takes
-    if (b + 2 < nhb) stage(b + 2);
+    // Stage b is visible; every warp is done with stage b − 1, whose slot stage b + kPfStages − 1 takes.
+    __syncthreads();
+    if (b + kPfStages - 1 < nhb) stage(b + kPfStages - 1);
     else cp_async_commit();  // an empty group keeps the wait count uniform
     const unsigned char* base = pf_smem + size_t(b % kPfStages) * L::kStageBytes;
     const GemmStage& cur = *reinterpret_cast<const GemmStage*>(base);
     const uint32_t* words = reinterpret_cast<const uint32_t*>(base + sizeof(GemmStage)) + (2 * warp) * kW;
     if (!act0) continue;
-    float t[2][8][4] = {};
+    float tb[2][8][4] = {};
+    float(&t)[2][8][4] = G ? acc : tb;
 #pragma unroll
     for (int tt = 0; tt < 8; ++tt) {
       uint4 af0, af1 = make_uint4(0, 0, 0, 0);
@@ -152,11 +165,13 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
         }
       }
     }
+    if constexpr (!G) {
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      if (nb >= nbn) break;
-      fold_scaled(t[0][nb], cur, nb, lane, acc[0][nb]);
-      fold_scaled(t[1][nb], cur, nb, lane, acc[1][nb]);
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb >= nbn) break;
+        fold_scaled(t[0][nb], cur, nb, lane, acc[0][nb]);
+        fold_scaled(t[1][nb], cur, nb, lane, acc[1][nb]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -171,8 +186,9 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int rr = nb * 8 + 2 * q + h, col = 32 * warp + 16 * s + g;
-        zs[rr * kPfZRow + col] = acc[s][nb][h];
-        zs[rr * kPfZRow + col + 8] = acc[s][nb][2 + h];
+        const float d = G ? a.xsc[int64_t(rows_s[rr]) * nhb] : 1.0f;  // the row's scale (G), exact: 2^−e
+        zs[rr * kPfZRow + col] = G ? acc[s][nb][h] * d : acc[s][nb][h];
+        zs[rr * kPfZRow + col + 8] = G ? acc[s][nb][2 + h] * d : acc[s][nb][2 + h];
       }
     }
   }
@@ -193,15 +209,16 @@ __global__ void __launch_bounds__(256, 1) prefill_gemm_kernel(const PrefillArgs 
 // prefill_gemm_kernel over `grid` (n/256 rounded up, row tiles); `cb` picks the instance.
 template <int K>
 void launch_prefill_k(const PrefillArgs& a, int cb, dim3 grid, cudaStream_t stream) {
-  auto go = [&](auto kernel) {
-    // Every call: the three codebook instances share this lambda's type (one function-pointer type),
-    // so a function-local static would set the limit for whichever instance ran first only.
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PfLayout<K>::kBytes));
-    kernel<<<grid, 256, PfLayout<K>::kBytes, stream>>>(a);
+  auto go = [&](auto kernel, size_t bytes) {
+    // Every call: the codebook instances share this lambda's type (one function-pointer type), so a
+    // function-local static would set the limit for whichever instance ran first only.
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    kernel<<<grid, 256, bytes, stream>>>(a);
   };
-  if (cb == kCbMul1) go(prefill_gemm_kernel<K, kCbMul1>);
-  else if (cb == kCbMcg) go(prefill_gemm_kernel<K, kCbMcg>);
-  else go(prefill_gemm_kernel<K, kCb3Inst>);
+  const size_t b0 = PfLayout<K, false>::kBytes, b1 = PfLayout<K, true>::kBytes;
+  if (cb == kCbMul1) a.global ? go(prefill_gemm_kernel<K, kCbMul1, true>, b1) : go(prefill_gemm_kernel<K, kCbMul1, false>, b0);
+  else if (cb == kCbMcg) a.global ? go(prefill_gemm_kernel<K, kCbMcg, true>, b1) : go(prefill_gemm_kernel<K, kCbMcg, false>, b0);
+  else a.global ? go(prefill_gemm_kernel<K, kCb3Inst, true>, b1) : go(prefill_gemm_kernel<K, kCb3Inst, false>, b0);
 }
 
 #define TANDEM_EXL3_PREFILL_INSTANCE(K) template void launch_prefill_k<K>(const PrefillArgs&, int, dim3, cudaStream_t);

@@ -454,6 +454,77 @@ TEST_P(Exl3Cuda, FusedPrefillGatherEqualsTheOldKernelsBitForBit) {
               K, worst, kTol);
 }
 
+// The row-scale experiment (PrefillImpl::kGlobal, TANDEM_EXL3_PREFILL_GLOBAL=1): other bits than the
+// fused kernel, so against the CPU (dense and gathered, with poisoned outputs), and a row's bits the
+// same whatever the pass's row count (its scale is its own), for the shapes of the tests above.
+TEST_P(Exl3Cuda, RowScalePrefillMatchesCpu) {
+  const int K = GetParam();
+  const kcuda::PrefillImpl saved = kcuda::prefill_impl();
+  kcuda::set_prefill_impl(kcuda::PrefillImpl::kGlobal);
+  double worst = 0;
+  struct Shape {
+    int64_t out, in, n, k;
+    bool bias;
+  };
+  for (const Shape& c : {Shape{128, 128, 128, 128, false}, Shape{300, 200, 384, 256, true},
+                         Shape{512, 1024, 512, 1024, false}}) {
+    const int cb = int((K + c.n / 128) % 3);
+    GroupBuilder b;
+    RandomLinear lin(c.k, c.n, K, cb, uint64_t(7000 * K + c.n), 1.0 / std::sqrt(double(c.k)));
+    if (c.bias) lin.add_bias(c.out, 11);
+    lin.store(b, "w");
+    const TensorGroup g = b.group("w", {c.out, c.in});
+    auto gpu = load_exl3_cuda(g, *be);
+    const int64_t N = 200;
+    auto x = random_vec(size_t(N * c.in), uint64_t(N * 13 + K), -1.f, 1.f);
+    for (int64_t i = 0; i < N * c.in; i += 7) x[size_t(i)] *= 1e-4f;  // small entries beside large ones
+    Dev dx = upload(*be, x);
+    std::vector<float> all;
+    for (int64_t n : {N, int64_t(17), int64_t(65)}) {
+      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(cb) + " [" + std::to_string(c.out) +
+                               ", " + std::to_string(c.in) + "] rows " + std::to_string(n);
+      Dev dy = poisoned(*be, size_t(n * c.out));
+      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
+      const auto y = download(*be, dy);
+      if (n == N) {
+        all = y;
+        const double e = rel_err(y.data(), reference(parse_group(g), x, n), y.size());
+        EXPECT_LE(e, kTol) << what;
+        worst = std::max(worst, e);
+      } else {
+        EXPECT_TRUE(same_bits(y.data(), all.data(), y.size())) << what << ": rows differ from the " << N << "-row pass";
+      }
+    }
+  }
+  const int E = 5;
+  const Case c{384, 256, 384, 256, true};
+  const int cb = int((K + c.n / 128) % 3);
+  GroupBuilder b;
+  std::vector<TensorGroup> groups;
+  for (int e = 0; e < E; ++e) {
+    RandomLinear lin(c.k, c.n, K, cb, uint64_t(8000 * K + 10 * e + c.n), 1.0 / std::sqrt(double(c.k)));
+    lin.add_bias(c.out, uint64_t(e + 5));
+    lin.store(b, "experts." + std::to_string(e));
+  }
+  for (int e = 0; e < E; ++e) groups.push_back(b.group("experts." + std::to_string(e), {c.out, c.in}));
+  auto set = load_exl3_experts_cuda(groups, *be);
+  const int per_x = 4;
+  const int64_t rows = 520, nx = rows / per_x;
+  std::vector<int32_t> ids;
+  for (int64_t r = 0; r < rows; ++r) ids.push_back(r % 2 == 0 ? 0 : r % 4 == 1 ? 1 : int32_t(3 + (r / 4) % 2));
+  auto x = random_vec(size_t(nx * c.in), uint64_t(K + 31), -1.f, 1.f);
+  const std::vector<float> got = gather(*set, x, nx, c, ids, per_x);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = ids[size_t(r)];
+    const std::vector<float> xr(x.begin() + (r / per_x) * c.in, x.begin() + (r / per_x + 1) * c.in);
+    const double err = rel_err(got.data() + r * c.out, reference(parse_group(groups[size_t(e)]), xr, 1), size_t(c.out));
+    EXPECT_LE(err, kTol) << "K " << K << " gather row " << r << " expert " << e;
+    worst = std::max(worst, err);
+  }
+  kcuda::set_prefill_impl(saved);
+  std::printf("[measure] K %d row-scale prefill vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K, worst, kTol);
+}
+
 INSTANTIATE_TEST_SUITE_P(Bits, Exl3Cuda, ::testing::Range(1, 9),
                          [](const auto& info) { return "K" + std::to_string(info.param); });
 
