@@ -358,6 +358,30 @@ TEST_P(Exl3Cuda, PrefillSizedGatherRunsTheGroupedGemm) {
               worst, kTol);
 }
 
+// The dense prefill tests' shapes: row tiles and 256-column blocks half full (n 128 and 384) and full
+// (n 512), with and without a bias; and one such random weight (codebook from K and n) on the device.
+struct PrefillShape {
+  int64_t out, in, n, k;
+  bool bias;
+};
+const PrefillShape kPrefillShapes[] = {{128, 128, 128, 128, false}, {300, 200, 384, 256, true},
+                                       {512, 1024, 512, 1024, false}};
+struct PrefillLinear {
+  PrefillLinear(int K, const PrefillShape& c, Backend& be) : cb(int((K + c.n / 128) % 3)) {
+    RandomLinear lin(c.k, c.n, K, cb, uint64_t(7000 * K + c.n), 1.0 / std::sqrt(double(c.k)));
+    if (c.bias) lin.add_bias(c.out, 11);
+    lin.store(b, "w");
+    g = b.group("w", {c.out, c.in});
+    gpu = load_exl3_cuda(g, be);
+  }
+  PrefillLinear(const PrefillLinear&) = delete;
+  PrefillLinear& operator=(const PrefillLinear&) = delete;
+  int cb;
+  GroupBuilder b;
+  TensorGroup g;
+  std::unique_ptr<QuantizedTensor> gpu;
+};
+
 // The fused prefill kernel (the default) against the old decode + GEMM + rotate_out
 // (TANDEM_EXL3_PREFILL_OLD=1): bit for bit, and both against the CPU, with poisoned outputs, for row
 // counts off the 64-row tile (17, 65, 200), 256-column blocks that are half full (n 128 and 384) and
@@ -365,34 +389,23 @@ TEST_P(Exl3Cuda, PrefillSizedGatherRunsTheGroupedGemm) {
 TEST_P(Exl3Cuda, FusedPrefillEqualsTheOldKernelsBitForBit) {
   const int K = GetParam();
   const kcuda::PrefillImpl saved = kcuda::prefill_impl();
-  struct Shape {
-    int64_t out, in, n, k;
-    bool bias;
-  };
   double worst = 0;
-  for (const Shape& c : {Shape{128, 128, 128, 128, false}, Shape{300, 200, 384, 256, true},
-                         Shape{512, 1024, 512, 1024, false}}) {
-    const int cb = int((K + c.n / 128) % 3);
-    GroupBuilder b;
-    RandomLinear lin(c.k, c.n, K, cb, uint64_t(7000 * K + c.n), 1.0 / std::sqrt(double(c.k)));
-    if (c.bias) lin.add_bias(c.out, 11);
-    lin.store(b, "w");
-    const TensorGroup g = b.group("w", {c.out, c.in});
-    auto gpu = load_exl3_cuda(g, *be);
+  for (const PrefillShape& c : kPrefillShapes) {
+    const PrefillLinear w(K, c, *be);
     for (int64_t n : {17, 65, 200}) {
-      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(cb) + " [" + std::to_string(c.out) +
+      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(w.cb) + " [" + std::to_string(c.out) +
                                ", " + std::to_string(c.in) + "] rows " + std::to_string(n);
       auto x = random_vec(size_t(n * c.in), uint64_t(n * 13 + K), -1.f, 1.f);
       Dev dx = upload(*be, x);
       Dev fused = poisoned(*be, size_t(n * c.out)), old = poisoned(*be, size_t(n * c.out));
       kcuda::set_prefill_impl(kcuda::PrefillImpl::kFused);
-      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(fused.p(), n, c.out));
+      w.gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(fused.p(), n, c.out));
       kcuda::set_prefill_impl(kcuda::PrefillImpl::kOld);
-      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(old.p(), n, c.out));
+      w.gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(old.p(), n, c.out));
       kcuda::set_prefill_impl(saved);
       const auto f = download(*be, fused), o = download(*be, old);
       EXPECT_TRUE(same_bits(f.data(), o.data(), f.size())) << what;
-      const double e = rel_err(f.data(), reference(parse_group(g), x, n), f.size());
+      const double e = rel_err(f.data(), reference(parse_group(w.g), x, n), f.size());
       EXPECT_LE(e, kTol) << what;
       worst = std::max(worst, e);
     }
@@ -462,33 +475,22 @@ TEST_P(Exl3Cuda, RowScalePrefillMatchesCpu) {
   const kcuda::PrefillImpl saved = kcuda::prefill_impl();
   kcuda::set_prefill_impl(kcuda::PrefillImpl::kGlobal);
   double worst = 0;
-  struct Shape {
-    int64_t out, in, n, k;
-    bool bias;
-  };
-  for (const Shape& c : {Shape{128, 128, 128, 128, false}, Shape{300, 200, 384, 256, true},
-                         Shape{512, 1024, 512, 1024, false}}) {
-    const int cb = int((K + c.n / 128) % 3);
-    GroupBuilder b;
-    RandomLinear lin(c.k, c.n, K, cb, uint64_t(7000 * K + c.n), 1.0 / std::sqrt(double(c.k)));
-    if (c.bias) lin.add_bias(c.out, 11);
-    lin.store(b, "w");
-    const TensorGroup g = b.group("w", {c.out, c.in});
-    auto gpu = load_exl3_cuda(g, *be);
+  for (const PrefillShape& c : kPrefillShapes) {
+    const PrefillLinear w(K, c, *be);
     const int64_t N = 200;
     auto x = random_vec(size_t(N * c.in), uint64_t(N * 13 + K), -1.f, 1.f);
     for (int64_t i = 0; i < N * c.in; i += 7) x[size_t(i)] *= 1e-4f;  // small entries beside large ones
     Dev dx = upload(*be, x);
     std::vector<float> all;
     for (int64_t n : {N, int64_t(17), int64_t(65)}) {
-      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(cb) + " [" + std::to_string(c.out) +
+      const std::string what = "K " + std::to_string(K) + " cb " + std::to_string(w.cb) + " [" + std::to_string(c.out) +
                                ", " + std::to_string(c.in) + "] rows " + std::to_string(n);
       Dev dy = poisoned(*be, size_t(n * c.out));
-      gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
+      w.gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
       const auto y = download(*be, dy);
       if (n == N) {
         all = y;
-        const double e = rel_err(y.data(), reference(parse_group(g), x, n), y.size());
+        const double e = rel_err(y.data(), reference(parse_group(w.g), x, n), y.size());
         EXPECT_LE(e, kTol) << what;
         worst = std::max(worst, e);
       } else {
