@@ -85,7 +85,9 @@ class Lexer {
  private:
   template <class... A>
   [[noreturn]] void error(size_t offset, const A&... parts) const {
-    fail(src_.where(offset), ": ", parts...);
+    std::ostringstream os;  // parts may quote the template's text: one line, whatever it holds
+    tandem::detail::append(os, parts...);
+    fail(src_.where(offset), ": ", printable(os.str()));
   }
 
   size_t next_tag(size_t from) const {

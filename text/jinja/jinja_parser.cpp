@@ -26,7 +26,9 @@ class Parser {
 
   template <class... A>
   [[noreturn]] void error(size_t offset, const A&... parts) const {
-    fail(prog_.source.where(offset), ": ", parts...);
+    std::ostringstream os;  // parts may quote the template's text: one line, whatever it holds
+    tandem::detail::append(os, parts...);
+    fail(prog_.source.where(offset), ": ", printable(os.str()));
   }
   std::string describe(const Token& t) const {
     switch (t.kind) {

@@ -27,7 +27,7 @@ template <class... A>
 [[noreturn]] void fault(const A&... parts) {
   std::ostringstream os;
   tandem::detail::append(os, parts...);
-  throw Fault(os.str());
+  throw Fault(tandem::printable(os.str()));  // names and messages from the template's strings: one line
 }
 
 // Concatenates the parts' stream output (also sidesteps GCC 12's false -Wrestrict on "'" + std::string).

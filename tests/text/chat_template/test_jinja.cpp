@@ -31,6 +31,7 @@ void expect_error(const std::string& tpl, const std::string& where, const std::s
   EXPECT_EQ(msg.rfind(where, 0), 0u) << "message: " << msg;
   EXPECT_NE(msg.find(what), std::string::npos) << "message: " << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  EXPECT_EQ(msg.find('\r'), std::string::npos) << "not one line: " << msg;
 }
 
 TEST(Jinja, SyntaxErrorsNameLineAndColumn) {
@@ -81,6 +82,13 @@ TEST(Jinja, UnknownFiltersAndTestsFailWhenLoaded) {
   expect_error("line\n{{ x | nosuch }}", "t:2:8: ", "unknown filter 'nosuch'");
   expect_error("{% if x is frobbed %}{% endif %}", "t:1:12: ", "unknown test 'frobbed'");
   expect_error("{% filter nosuch %}x{% endfilter %}", "t:1:11: ", "unknown filter 'nosuch'");
+  // A test or filter named by a string is looked up when it runs; the name's control characters
+  // (here a line break, found by fuzz_chat_template; the template's \r\n reads as one) must not break
+  // the message's line.
+  expect_error("{{ messages | selectattr('role', 'bad\r\nname') | list }}", "t:1:", "unknown test 'bad?name'",
+               R"({"messages": [{"role": "user"}]})");
+  expect_error("{{ messages | map('no\nsuch') | list }}", "t:1:", "unknown filter 'no?such'",
+               R"({"messages": [{"role": "user"}]})");
 }
 
 TEST(Jinja, RuntimeErrorsNameTheNode) {
