@@ -117,6 +117,14 @@ __global__ void rotate_out_kernel(const OutArgs a) {
                 a.out_features, yr, a.epilogue);
 }
 
+// max |v| over a 128-block: the warp's four values a lane, every lane gets it.
+__device__ __forceinline__ float block_abs_max(const float (&v)[4]) {
+  float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  return mx;
+}
+
 // The prefill input: xh row r = H(x[r] zero-extended ⊙ suh) as fp16 hi + lo (natural order), each
 // (row, 128-block) scaled by a power of two into [2^14, 2^15) first (pow2_scale<14>: the tensor-core
 // GEMV's split), its 2^−e in xsc[r][b]. One warp per (row, 128-block).
@@ -133,10 +141,7 @@ __global__ void rotate_split_kernel(const float* x, int64_t in_features, int per
   const int lane = int(threadIdx.x) % 32;
   float v[4];
   rotated_values(x, in_features, r / per_x, rb.su, b, lane, v);
-  float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  if (row_max) mx = __uint_as_float(row_max[r]);
+  const float mx = row_max ? __uint_as_float(row_max[r]) : block_abs_max(v);
   const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
   __half hi[4], lo[4];
 #pragma unroll
@@ -319,9 +324,7 @@ __global__ void row_max_kernel(const float* x, int64_t in_features, int per_x, c
   const int lane = int(threadIdx.x) % 32;
   float v[4];
   rotated_values(x, in_features, rb.r / per_x, rb.su, rb.b, lane, v);
-  float mx = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const float mx = block_abs_max(v);
   if (lane == 0) atomicMax(row_max + rb.r, __float_as_uint(mx));
 }
 
