@@ -130,7 +130,7 @@ __device__ __forceinline__ float block_abs_max(const float (&v)[4]) {
 // GEMV's split), its 2^−e in xsc[r][b]. One warp per (row, 128-block).
 // Gathers: row r is x[r / per_x] with expert ids[r]'s suh (a row with an id out of range is left as
 // it is: no expert lists it, and rotate_out writes it NaN).
-// With row_max (PrefillImpl::kGlobal) every 128-block of row r takes the row's scale, from the bits of
+// With row_max (PrefillImpl::kRowScale) every 128-block of row r takes the row's scale, from the bits of
 // max |xh[r]| that row_max_kernel left there.
 __global__ void rotate_split_kernel(const float* x, int64_t in_features, int per_x, const int32_t* ids, int n_experts,
                                     const float* suh, int64_t k, int64_t rows, const unsigned* row_max, __half* xhi,
@@ -337,7 +337,7 @@ struct SplitInput {
 };
 size_t split_input_bytes(const DeviceWeights& w, int64_t rows) {
   return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4) +
-         align256(size_t(rows) * 4);  // kGlobal's row maxima
+         align256(size_t(rows) * 4);  // kRowScale's row maxima
 }
 SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const int32_t* ids, int64_t rows, char*& ws,
                        cudaStream_t s) {
@@ -346,7 +346,7 @@ SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const 
   in.lo = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 2));
   in.sc = reinterpret_cast<float*>(ws + 2 * align256(size_t(rows * w.k) * 2));
   unsigned* row_max = nullptr;
-  if (prefill_impl() == PrefillImpl::kGlobal) {
+  if (prefill_impl() == PrefillImpl::kRowScale) {
     row_max = reinterpret_cast<unsigned*>(ws + 2 * align256(size_t(rows * w.k) * 2) +
                                           align256(size_t(rows * (w.k / kHad)) * 4));
     cuda::check_cuda(cudaMemsetAsync(row_max, 0, size_t(rows) * 4, s), "exl3: clear the row maxima");
@@ -429,21 +429,19 @@ GemvMode gemv_mode() {
   return mode;
 }
 
-// Which prefill GEMMs run, from TANDEM_EXL3_PREFILL_OLD (unset or 0: the fused prefill_gemm_kernel;
-// 1: decode_kernel + gemm_tc_kernel + rotate_out and the old grouped gather, for side-by-side timing).
-// Both give every output the same bits. TANDEM_EXL3_PREFILL_GLOBAL=1 (with OLD unset or 0) takes the
-// fused kernel with a row scale (PrefillImpl::kGlobal, an experiment: other bits).
+// Which prefill GEMMs run, from TANDEM_EXL3_PREFILL: unset or "row", the fused prefill_gemm_kernel with
+// one activation scale a row (the default); "block", the fused kernel with a scale per 128-block;
+// "old", decode_kernel + gemm_tc_kernel + rotate_out and the old grouped gather (block and old give
+// the same bits; kept for side-by-side timing). Another value fails naming it.
 namespace {
 PrefillImpl& prefill_impl_ref() {
   static PrefillImpl impl = [] {
-    const char* e = std::getenv("TANDEM_EXL3_PREFILL_OLD");
+    const char* e = std::getenv("TANDEM_EXL3_PREFILL");
     const std::string v = e ? e : "";
-    const char* gl = std::getenv("TANDEM_EXL3_PREFILL_GLOBAL");
-    const std::string g = gl ? gl : "";
-    if (g != "" && g != "0" && g != "1") fail("TANDEM_EXL3_PREFILL_GLOBAL: unknown value '", g, "' (0 or 1)");
-    if (v.empty() || v == "0") return g == "1" ? PrefillImpl::kGlobal : PrefillImpl::kFused;
-    if (v == "1") return PrefillImpl::kOld;
-    fail("TANDEM_EXL3_PREFILL_OLD: unknown value '", v, "' (0 or 1)");
+    if (v.empty() || v == "row") return PrefillImpl::kRowScale;
+    if (v == "block") return PrefillImpl::kBlockScale;
+    if (v == "old") return PrefillImpl::kOld;
+    fail("TANDEM_EXL3_PREFILL: unknown value '", v, "' (row, block or old)");
   }();
   return impl;
 }
@@ -532,7 +530,7 @@ void launch_matmul(const DeviceWeights& w, const float* x, int64_t rows, float* 
     p.w = w.trellis, p.strips = int(w.n / 16);
     p.xhi = in.hi, p.xlo = in.lo, p.xsc = in.sc, p.k = w.k, p.n = w.n, p.rows = rows;
     p.svh = w.svh, p.bias = w.bias, p.out_features = w.out_features, p.y = y, p.epilogue = w.epilogue;
-    p.global = prefill_impl() == PrefillImpl::kGlobal;
+    p.row_scale = prefill_impl() == PrefillImpl::kRowScale;
     const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned((rows + kBm - 1) / kBm));
     with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(p, w.cb, grid, stream); });
     check_launch("exl3 prefill gemm");
@@ -633,7 +631,7 @@ void launch_gather_matmul(const DeviceWeights& w, const float* x, const int32_t*
       pa.xhi = in.hi, pa.xlo = in.lo, pa.xsc = in.sc, pa.k = w.k, pa.n = w.n;
       pa.list = list, pa.tiles = tiles, pa.ntiles = ntiles;
       pa.svh = w.svh, pa.bias = w.bias, pa.out_features = w.out_features, pa.y = y_c, pa.epilogue = w.epilogue;
-      pa.global = prefill_impl() == PrefillImpl::kGlobal;
+      pa.row_scale = prefill_impl() == PrefillImpl::kRowScale;
       const dim3 grid(unsigned((w.n + kPfBn - 1) / kPfBn), unsigned(tmax));
       with_k(w.K, [&](auto k) { launch_prefill_k<decltype(k)::value>(pa, w.cb, grid, stream); });
       check_launch("exl3 prefill gather gemm");

@@ -32,15 +32,14 @@ struct DeviceWeights {
 enum class GemvMode { kInt8, kFp16, kFp32 };
 GemvMode gemv_mode();
 
-// The prefill GEMMs (more than 16 rows; gathers of more than 512): the fused decode-and-multiply
-// kernel (kFused, the default) or the old decode + GEMM + output rotation (kOld), from
-// TANDEM_EXL3_PREFILL_OLD (0 or unset / 1; another value fails naming it). Both give the same bits.
-// set_prefill_impl overrides it for the process (tests and benchmarks; not while a call is queued
-// between its workspace query and its launch).
-// kGlobal (experiment, TANDEM_EXL3_PREFILL_GLOBAL=1): the fused kernel with one activation scale a row
-// (not a 128-block), so its products sum on the tensor cores over all of k in one accumulator set (126
-// registers, two stages: two blocks an SM); other bits than kFused/kOld, checked against the CPU.
-enum class PrefillImpl { kFused, kOld, kGlobal };
+// The prefill GEMMs (more than 16 rows; gathers of more than 512), from TANDEM_EXL3_PREFILL (another
+// value fails naming it): "row" (kRowScale, the default) is the fused decode-and-multiply kernel with
+// one activation scale a row, so its products sum on the tensor cores over all of k in one accumulator
+// set (126 registers, two stages: two blocks an SM), checked against the CPU; "block" (kBlockScale) is
+// the fused kernel with a scale per 128-block (193 registers, one block an SM); "old" (kOld) the old
+// decode + GEMM + output rotation, with kBlockScale's bits. set_prefill_impl overrides it for the
+// process (tests and benchmarks; not while a call is queued between its workspace query and its launch).
+enum class PrefillImpl { kRowScale, kBlockScale, kOld };
 PrefillImpl prefill_impl();
 void set_prefill_impl(PrefillImpl impl);
 

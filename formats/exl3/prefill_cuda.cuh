@@ -1,6 +1,6 @@
 // The fused EXL3 prefill GEMM (dense prefill and the grouped expert gather): the trellis decoded in
 // the GEMM's main loop, instantiated per K in generated files (formats/exl3/cuda.cmake) beside
-// kernels_cuda.cuh's. matmul_cuda.cu dispatches to it unless TANDEM_EXL3_PREFILL_OLD=1.
+// kernels_cuda.cuh's. matmul_cuda.cu dispatches to it unless TANDEM_EXL3_PREFILL=old.
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued on the
 // stream; nothing here synchronizes.
 #pragma once
@@ -8,7 +8,7 @@
 
 namespace tandem::exl3::kcuda {
 
-// ---- TANDEM_EXL3_PREFILL_OLD=1 keeps kernels_cuda.cuh's decode_kernel, gemm_tc_kernel (matmul_cuda.cu) and gather_gemm_kernel ----
+// ---- TANDEM_EXL3_PREFILL=old keeps kernels_cuda.cuh's decode_kernel, gemm_tc_kernel (matmul_cuda.cu) and gather_gemm_kernel ----
 // One kernel for the dense prefill GEMM and the grouped gather: block (c, t) computes 64 rows (dense:
 // rows t·64 ..; gather: tile t of group_rows_kernel's table, up to 64 rows of one expert) × the 256
 // output columns c·256 .. (16 strips; warp w owns strips 2w, 2w + 1 over all 64 rows). Per 128-block
@@ -52,7 +52,7 @@ struct PrefillArgs {
   int64_t out_features = 0;
   float* y = nullptr;
   int epilogue = 0;
-  bool global = false;  // PrefillImpl::kGlobal: xsc holds one scale a row (every 128-block the same)
+  bool row_scale = false;  // PrefillImpl::kRowScale: xsc holds one scale a row (every 128-block the same)
 };
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
@@ -62,7 +62,7 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
-// G (PrefillImpl::kGlobal): every 128-block of a row has the row's scale, so the products accumulate
+// G (PrefillImpl::kRowScale): every 128-block of a row has the row's scale, so the products accumulate
 // on the tensor cores over all of k in acc itself (no per-block partial t and fold: half the
 // accumulator registers) and the scale multiplies the sums once, in the epilogue.
 template <int K, int CB, bool G>
@@ -216,9 +216,9 @@ void launch_prefill_k(const PrefillArgs& a, int cb, dim3 grid, cudaStream_t stre
     kernel<<<grid, 256, bytes, stream>>>(a);
   };
   const size_t b0 = PfLayout<K, false>::kBytes, b1 = PfLayout<K, true>::kBytes;
-  if (cb == kCbMul1) a.global ? go(prefill_gemm_kernel<K, kCbMul1, true>, b1) : go(prefill_gemm_kernel<K, kCbMul1, false>, b0);
-  else if (cb == kCbMcg) a.global ? go(prefill_gemm_kernel<K, kCbMcg, true>, b1) : go(prefill_gemm_kernel<K, kCbMcg, false>, b0);
-  else a.global ? go(prefill_gemm_kernel<K, kCb3Inst, true>, b1) : go(prefill_gemm_kernel<K, kCb3Inst, false>, b0);
+  if (cb == kCbMul1) a.row_scale ? go(prefill_gemm_kernel<K, kCbMul1, true>, b1) : go(prefill_gemm_kernel<K, kCbMul1, false>, b0);
+  else if (cb == kCbMcg) a.row_scale ? go(prefill_gemm_kernel<K, kCbMcg, true>, b1) : go(prefill_gemm_kernel<K, kCbMcg, false>, b0);
+  else a.row_scale ? go(prefill_gemm_kernel<K, kCb3Inst, true>, b1) : go(prefill_gemm_kernel<K, kCb3Inst, false>, b0);
 }
 
 #define TANDEM_EXL3_PREFILL_INSTANCE(K) template void launch_prefill_k<K>(const PrefillArgs&, int, dim3, cudaStream_t);

@@ -6,8 +6,8 @@
 // ~6.7 ms per token on an H200. A benchmark, not a test: run it on the GPU machine. Weights rotate
 // over copies that exceed the L2; each time is the median of 7 runs of a CUDA graph of the calls
 // (plain stream launches beside it). `--prefill` instead times the prefill GEMMs (dense matmuls and
-// routed gathers at 2048 and 8192 rows) under the three implementations (TANDEM_EXL3_PREFILL_OLD's, the
-// fused default and the row-scale experiment of TANDEM_EXL3_PREFILL_GLOBAL), µs and TFLOP/s.
+// routed gathers at 2048 and 8192 rows) under the three implementations of TANDEM_EXL3_PREFILL (old, block
+// and the row-scale default), µs and TFLOP/s.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,22 +111,21 @@ Result bench_gather(cuda::CudaBackend& be, int experts, int used, int64_t out, i
 
 double g_copy_gbs = 0;
 
-// ---- prefill (--prefill): the fused prefill kernel against TANDEM_EXL3_PREFILL_OLD=1's and the row-scale
-// experiment's (TANDEM_EXL3_PREFILL_GLOBAL=1), same process ----
+// ---- prefill (--prefill): TANDEM_EXL3_PREFILL's three implementations (old, block, row), same process ----
 
 // µs per call of fn under each prefill implementation (stream launches, median of 7 runs of `calls`).
 template <class F>
 void prefill_row(const char* what, double flops, F fn, int calls) {
   using exl3::kcuda::PrefillImpl;
-  const PrefillImpl impls[3] = {PrefillImpl::kOld, PrefillImpl::kFused, PrefillImpl::kGlobal};
+  const PrefillImpl impls[3] = {PrefillImpl::kOld, PrefillImpl::kBlockScale, PrefillImpl::kRowScale};
   double us[3];
   for (int i = 0; i < 3; ++i) {
     exl3::kcuda::set_prefill_impl(impls[i]);
     us[i] = time_stream(fn, calls) * 1e3;
   }
   // TFLOP/s: the model's 2·rows·out·in, and the tensor cores' work (×2: the input's hi + lo halves).
-  std::printf("%-52s old %9.1f us %6.1f TF/s | fused %9.1f us %6.1f TF/s (mma %6.1f) | %5.2fx | row scale %9.1f us "
-              "%6.1f TF/s %5.2fx fused\n",
+  std::printf("%-52s old %9.1f us %6.1f TF/s | block %9.1f us %6.1f TF/s (mma %6.1f) | %5.2fx | row scale %9.1f us "
+              "%6.1f TF/s %5.2fx block\n",
               what, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, 2 * flops / us[1] * 1e-6, us[0] / us[1],
               us[2], flops / us[2] * 1e-6, us[1] / us[2]);
 }

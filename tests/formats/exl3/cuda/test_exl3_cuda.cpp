@@ -382,8 +382,8 @@ struct PrefillLinear {
   std::unique_ptr<QuantizedTensor> gpu;
 };
 
-// The fused prefill kernel (the default) against the old decode + GEMM + rotate_out
-// (TANDEM_EXL3_PREFILL_OLD=1): bit for bit, and both against the CPU, with poisoned outputs, for row
+// The fused prefill kernel with a scale per 128-block (TANDEM_EXL3_PREFILL=block) against the old
+// decode + GEMM + rotate_out (=old): bit for bit, and both against the CPU, with poisoned outputs, for row
 // counts off the 64-row tile (17, 65, 200), 256-column blocks that are half full (n 128 and 384) and
 // full (n 512), with and without a bias.
 TEST_P(Exl3Cuda, FusedPrefillEqualsTheOldKernelsBitForBit) {
@@ -398,7 +398,7 @@ TEST_P(Exl3Cuda, FusedPrefillEqualsTheOldKernelsBitForBit) {
       auto x = random_vec(size_t(n * c.in), uint64_t(n * 13 + K), -1.f, 1.f);
       Dev dx = upload(*be, x);
       Dev fused = poisoned(*be, size_t(n * c.out)), old = poisoned(*be, size_t(n * c.out));
-      kcuda::set_prefill_impl(kcuda::PrefillImpl::kFused);
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kBlockScale);
       w.gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(fused.p(), n, c.out));
       kcuda::set_prefill_impl(kcuda::PrefillImpl::kOld);
       w.gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(old.p(), n, c.out));
@@ -443,7 +443,7 @@ TEST_P(Exl3Cuda, FusedPrefillGatherEqualsTheOldKernelsBitForBit) {
       if (variant == 0) ids[11] = -1;
       const std::string what = "K " + std::to_string(K) + " n " + std::to_string(c.n) + " variant " + std::to_string(variant);
       auto x = random_vec(size_t(nx * c.in), uint64_t(K + 17 * variant), -1.f, 1.f);
-      kcuda::set_prefill_impl(kcuda::PrefillImpl::kFused);
+      kcuda::set_prefill_impl(kcuda::PrefillImpl::kBlockScale);
       const std::vector<float> got = gather(*set, x, nx, c, ids, per_x);
       kcuda::set_prefill_impl(kcuda::PrefillImpl::kOld);
       const std::vector<float> old = gather(*set, x, nx, c, ids, per_x);
@@ -467,13 +467,13 @@ TEST_P(Exl3Cuda, FusedPrefillGatherEqualsTheOldKernelsBitForBit) {
               K, worst, kTol);
 }
 
-// The row-scale experiment (PrefillImpl::kGlobal, TANDEM_EXL3_PREFILL_GLOBAL=1): other bits than the
-// fused kernel, so against the CPU (dense and gathered, with poisoned outputs), and a row's bits the
+// The row-scale default (PrefillImpl::kRowScale, TANDEM_EXL3_PREFILL=row): other bits than the
+// block-scale kernel, so against the CPU (dense and gathered, with poisoned outputs), and a row's bits the
 // same whatever the pass's row count (its scale is its own), for the shapes of the tests above.
 TEST_P(Exl3Cuda, RowScalePrefillMatchesCpu) {
   const int K = GetParam();
   const kcuda::PrefillImpl saved = kcuda::prefill_impl();
-  kcuda::set_prefill_impl(kcuda::PrefillImpl::kGlobal);
+  kcuda::set_prefill_impl(kcuda::PrefillImpl::kRowScale);
   double worst = 0;
   for (const PrefillShape& c : kPrefillShapes) {
     const PrefillLinear w(K, c, *be);
