@@ -67,6 +67,13 @@ constexpr double kTolInt8 = 1e-3;
 double matmul_tol(int cb) {
   return kcuda::gemv_mode() == kcuda::GemvMode::kInt8 && cb == int(Codebook::kMul1) ? kTolInt8 : kTol;
 }
+// The row-scale prefill GEMM (TANDEM_EXL3_PREFILL=row, the default) sums its exact products in one fp32
+// accumulator over all k / 16 mma steps, and the tensor cores' accumulation truncates: up to an ulp
+// (2^−23) a step, so the bound grows with k (measured on the H200: 1.1e-5 at k = 4096, 2.2e-5 at 8192,
+// 2.5e-6 at 1024; the block-scale kernels stay under 1e-6).
+double prefill_tol(int64_t k) {
+  return kcuda::prefill_impl() == kcuda::PrefillImpl::kRowScale ? std::max(kTol, double(k / 16) * 0x1p-23) : kTol;
+}
 
 struct Case {
   int64_t out, in;  // the model's shape
@@ -140,7 +147,7 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenFortyAnd150RowsAndIsBatchInvaria
         gpu->matmul(Tensor::f32(dx.p(), n, c.in), Tensor::f32(dy.p(), n, c.out));
         auto y = download(*be, dy);
         const double e = rel_err(y.data(), want, y.size());
-        EXPECT_LE(e, tol) << what << " n " << n;
+        EXPECT_LE(e, n > 16 ? std::max(tol, prefill_tol(c.k)) : tol) << what << " n " << n;
         if (n > 16) worst = std::max(worst, e);  // above 16 rows the prefill path: exact products
         else w8 = std::max(w8, e);
         if (n <= 16) {  // the decode GEMV: every row has its single-row bits
@@ -157,7 +164,8 @@ TEST_P(Exl3Cuda, MatmulMatchesCpuForOneToSixteenFortyAnd150RowsAndIsBatchInvaria
       gpu->matmul(Tensor::f32(dx2.p(), 16, c.in), Tensor::f32(dy2.p(), 16, c.out));
       EXPECT_TRUE(same_bits(download(*be, dy2).data(), single.data(), size_t(c.out))) << what;
     }
-  std::printf("[measure] K %d matmul vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K, worst, kTol);
+  std::printf("[measure] K %d matmul vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g at k = 8192)\n", K, worst,
+              prefill_tol(8192));
   if (worst_i8 > 0)
     std::printf("[measure] K %d mul1 on the int8 GEMV vs cpu: max |Δ| / max |y| = %.3g (tolerance %.3g)\n", K,
                 worst_i8, kTolInt8);
