@@ -1,5 +1,5 @@
-// Prefill on the tensor cores for the block types with an Mma decoder (mma_cuda.cuh: IQ2_XXS, Q8_0,
-// NVFP4): the GEMM y[n, m] = x[n, k] · W[m, k]ᵀ for n > 16 and the grouped expert gather. A block owns
+// Prefill on the tensor cores for the block types with an Mma decoder (mma_cuda.cuh: every GGUF type
+// with CUDA kernels): the GEMM y[n, m] = x[n, k] · W[m, k]ᵀ for n > 16 and the grouped expert gather. A block owns
 // 128 weight rows × 128 activation rows over the whole k and decodes each weight tile once for all
 // its activation rows (the GEMV decodes it once per 16). Decode and verify (n ≤ 16) never come here.
 // Owner: callers own every pointer and the workspace. Thread: one caller per stream. Sync: launches
@@ -7,9 +7,10 @@
 //
 // Numbers. Each activation row is scaled by one power of two so that its largest magnitude lies in
 // [2^14, 2^15) and split x' = hi + lo in fp16 (gemm_split_kernel, in the k order of Mma<Q>::place);
-// weights are decoded to their exact small integers as in the tensor-core GEMV. Per 32-element group
-// (NVFP4: per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32, and the warp folds
-// the group in as acc = fma(s, t, acc), groups in k order; the row's power of two and the tensor's
+// weights are decoded to their exact small values as in the tensor-core GEMV. Per 32-element group
+// (per 16 where the type scales per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32,
+// and the warp folds the group in as acc = fma(s, t, acc), groups in k order (Q4_K/Q5_K also
+// acc = fma(−min, Σ x, acc), Σ x on the tensor cores too); the row's power of two and the tensor's
 // scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
 // largest where fp16 runs out of range): far below the fp32 rounding of the sums.
 // Each output depends only on its weight row, its activation row and k — not on n, on the tile or on
@@ -117,6 +118,74 @@ __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint
         ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
       }
     }
+  }
+}
+
+// gemm_group_mma for one m16 tile (the other's decode not yet live): the same sums and folds, so the
+// same bits as the two-tile form.
+template <bool kScalePerStep>
+__device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
+                                              const float (&sa)[2], const float (&sb)[2], const unsigned char* xg,
+                                              int nt_active) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (nt >= nt_active) break;
+    const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
+    const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
+    float* ac = ac8[nt];
+    if constexpr (kScalePerStep) {
+#pragma unroll
+      for (int js = 0; js < 2; ++js) {
+        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const uint32_t a0 = wa[2 * js], a1 = wb[2 * js], a2 = wa[2 * js + 1], a3 = wb[2 * js + 1];
+        cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
+        cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
+        ac[0] = fmaf(sa[js], t[0], ac[0]);
+        ac[1] = fmaf(sa[js], t[1], ac[1]);
+        ac[2] = fmaf(sb[js], t[2], ac[2]);
+        ac[3] = fmaf(sb[js], t[3], ac[3]);
+      }
+    } else {
+      float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+      cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+      cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+      cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+      ac[0] = fmaf(sa[0], t[0], ac[0]);
+      ac[1] = fmaf(sa[0], t[1], ac[1]);
+      ac[2] = fmaf(sb[0], t[2], ac[2]);
+      ac[3] = fmaf(sb[0], t[3], ac[3]);
+    }
+  }
+}
+
+// gemm_tile_mma for the types with a min (Mma<Q>::kHasMin: Q4_K, Q5_K; one scale and one min a
+// group): per n8 tile also Σ x of the group's 32 elements on the tensor cores (an all-ones A fragment,
+// hi then lo, exact products), then acc = fma(s, Σ q·x, acc) and acc = fma(−min, Σ x, acc). One m16
+// tile at a time (both at once spill); Σ x is summed again for the second tile, the same bits.
+__device__ __forceinline__ void gemm_tile_mma_min(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
+                                                  const float (&sa)[2], const float (&sb)[2], const float (&oa)[2],
+                                                  const float (&ob)[2], const unsigned char* xg, int nt_active) {
+  constexpr uint32_t kOnes = 0x3C003C00u;  // fp16 (1, 1)
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (nt >= nt_active) break;
+    const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
+    const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
+    float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.x, hi.y);
+    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.x, lo.y);
+    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.z, hi.w);
+    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.z, lo.w);
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+    float* ac = ac8[nt];
+    ac[0] = fmaf(-oa[0], sx[0], fmaf(sa[0], t[0], ac[0]));
+    ac[1] = fmaf(-oa[0], sx[1], fmaf(sa[0], t[1], ac[1]));
+    ac[2] = fmaf(-ob[0], sx[2], fmaf(sb[0], t[2], ac[2]));
+    ac[3] = fmaf(-ob[0], sx[3], fmaf(sb[0], t[3], ac[3]));
   }
 }
 
@@ -385,13 +454,35 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
       const int u = (s % SPC) * 2 + gi;  // the group within the chunk
       uint32_t wa[2][4], wb[2][4];
       float sa[2][2], sb[2][2];
+      const unsigned char* xg = xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32;
+      if constexpr (M::kHasMin) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r = wm * 32 + mt * 16 + g;
-        M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt]);
-        M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt]);
+        for (int mt = 0; mt < 2; ++mt) {
+          const int r = wm * 32 + mt * 16 + g;
+          float oa[2], ob[2];
+          M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt], oa);
+          M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt], ob);
+          gemm_tile_mma_min(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], oa, ob, xg, nt_active);
+        }
+      } else if constexpr (M::kTileByTile) {
+        // One m16 tile at a time, so that one tile's decode is live at once (MmaFromDec's whole units
+        // and Q6_K: both tiles at once spill at the 128-register bound).
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int r = wm * 32 + mt * 16 + g;
+          M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt]);
+          M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt]);
+          gemm_tile_mma<M::kScalePerStep>(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], xg, nt_active);
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int r = wm * 32 + mt * 16 + g;
+          M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt]);
+          M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt]);
+        }
+        gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xg, nt_active);
       }
-      gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32, nt_active);
     }
   }
   cp_async_wait<0>();  // only empty groups can be pending

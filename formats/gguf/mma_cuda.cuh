@@ -60,6 +60,8 @@ struct Mma;
 template <>
 struct Mma<DecIQ2_XXS> {
   static constexpr bool kScalePerStep = false;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = false;
   __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ2_XXS::kBytes;
@@ -80,6 +82,8 @@ struct Mma<DecIQ2_XXS> {
 template <>
 struct Mma<DecQ8_0> {
   static constexpr bool kScalePerStep = false;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = false;
   __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + u * DecQ8_0::kBytes;
@@ -97,6 +101,8 @@ struct Mma<DecQ8_0> {
 template <>
 struct Mma<DecNVFP4> {
   static constexpr bool kScalePerStep = true;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = false;
   __device__ static void place(int e, int& q, int& slot) {
     const int j = e >> 4, r = e & 15, h = r >> 3, v = r & 7;
     q = v >> 1, slot = 4 * j + 2 * h + (v & 1);
@@ -115,6 +121,114 @@ struct Mma<DecNVFP4> {
       w[2 * j + 1] = h2_of_biased(vals, 0x4341);  // elements 8 + 2q, 9 + 2q
       s[j] = atf(t.e4, ((sc >> (8 * j)) & 0xFFu) << 2);
     }
+  }
+};
+
+// fp16 bits of v (exact for the decoders' small values: tests/formats/gguf/cuda/test_mma_host.cu).
+TANDEM_HD uint32_t h16(float v) { return uint32_t(__half_as_ushort(__float2half_rn(v))); }
+
+// Every other type whose rows decoder yields small exact values and a scale per 16 elements
+// (kExact false: Q6_K, IQ4_NL, IQ4_XS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M), through that decoder:
+// k-step j is half j of the 32-element unit (the decoders give one scale a half), pair h its group h
+// of 8 (at Q::off(j, h)), lane q its elements 2q, 2q + 1. Each lane decodes the whole unit and picks
+// its eight (4× the work of a lane-wise decoder): the prefill GEMM spends it once per 128 activation
+// rows, far below its tensor-core time per group; the opt-in GEMV (TANDEM_GGUF_MMA) pays it per 16.
+template <class Q>
+struct MmaFromDec {
+  static_assert(!Q::kExact, "MmaFromDec: the decoder must yield scale and small exact values");
+  static constexpr bool kScalePerStep = true;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = true;
+  TANDEM_HD static void place(int e, int& q, int& slot) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int v = e - Q::off(j, h);
+        if (v >= 0 && v < 8) q = v >> 1, slot = 4 * j + 2 * h + (v & 1);
+      }
+  }
+  template <int P>
+  TANDEM_HD static void half_regs(const typename Q::Unit& un, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    float v[16], sc[2];
+    Q::template half<P>(un, t, v, sc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float a = v[8 * h], b = v[8 * h + 1];
+#pragma unroll
+      for (int qq = 1; qq < 4; ++qq)
+        if (q == qq) a = v[8 * h + 2 * qq], b = v[8 * h + 2 * qq + 1];
+      w[2 * P + h] = h16(a) | h16(b) << 16;
+    }
+    s[P] = sc[0];
+  }
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    constexpr int UPB = Q::kElems / 32;
+    const typename Q::Unit un = Q::load(c + (u / UPB) * Q::kBytes, u % UPB);
+    half_regs<0>(un, q, t, w, s);
+    half_regs<1>(un, q, t, w, s);
+  }
+};
+// Q6_K lane-wise (the whole unit spills): lane q's elements 2q + 8m, 2q + 8m + 1 (m = 0 … 3) are two
+// bytes of ql (the nibble of r / 2) and of qh (bits 2r, 2r + 1) at offset 2q + 8m of the unit's runs;
+// MmaFromDec's placement, the decoder's values q − 32 and scales d·sc per 16.
+template <>
+struct Mma<DecQ6_K> : MmaFromDec<DecQ6_K> {
+  static constexpr bool kTileByTile = true;
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* b = c + (u >> 3) * DecQ6_K::kBytes;
+    const int ib = u & 7, n = ib / 4, r = ib % 4;
+    const uint8_t* ql = b + 64 * n + 32 * (r & 1) + 2 * q;
+    const uint8_t* qh = b + 128 + 32 * n + 2 * q;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t v = ((ld16(ql + 8 * m) >> (4 * (r >> 1))) & 0x0F0Fu) | (((ld16(qh + 8 * m) >> (2 * r)) & 0x0303u) << 4);
+      w[m] = h16(float(int(v & 0xFF) - 32)) | h16(float(int(v >> 8) - 32)) << 16;
+    }
+    const float d = f16_bits(ld16(b + 208));
+    s[0] = d * float(int(int8_t(ld8(b + 192 + 8 * n + 2 * r))));
+    s[1] = d * float(int(int8_t(ld8(b + 193 + 8 * n + 2 * r))));
+  }
+};
+template <> struct Mma<DecIQ4_NL> : MmaFromDec<DecIQ4_NL> {};
+template <> struct Mma<DecIQ4_XS> : MmaFromDec<DecIQ4_XS> {};
+template <> struct Mma<DecIQ2_XS> : MmaFromDec<DecIQ2_XS> {};
+template <> struct Mma<DecIQ2_S> : MmaFromDec<DecIQ2_S> {};
+template <> struct Mma<DecIQ3_XXS> : MmaFromDec<DecIQ3_XXS> {};
+template <> struct Mma<DecIQ3_S> : MmaFromDec<DecIQ3_S> {};
+template <> struct Mma<DecIQ1_M> : MmaFromDec<DecIQ1_M> {};
+
+// Q4_K / Q5_K: a weight is scale·q − min (scale = d·sc and min = dmin·m per 32, both exact in fp32;
+// q in 0 … 15 or 0 … 31), so a group's dot product is scale·Σ q·x − min·Σ x: the GEMM sums Σ x on the
+// tensor cores too (an all-ones A fragment) and folds both (kHasMin). Lane q takes elements 8q … 8q + 7
+// of the unit (qs bytes 8q … 8q + 7 of its 32-byte chunk, the nibble of its parity, Q5_K's bit of qh).
+template <bool kHigh5>
+struct Mma<DecK45<kHigh5>> {
+  static constexpr bool kScalePerStep = false;
+  static constexpr bool kHasMin = true;
+  static constexpr bool kTileByTile = false;
+  TANDEM_HD static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2],
+                              float (&o)[2]) {
+    using D = DecK45<kHigh5>;
+    const uint8_t* blk = c + (u >> 3) * D::kBytes;
+    const int ib = u & 7;
+    float scale, min;
+    k4_scale_min(blk, ib, scale, min);
+    const uint8_t* qs = blk + (kHigh5 ? 48 : 16) + 32 * (ib / 2) + 8 * q;
+    const int shift = 4 * (ib & 1);
+    uint32_t v[2] = {(ld32(qs) >> shift) & 0x0F0F0F0Fu, (ld32(qs + 4) >> shift) & 0x0F0F0F0Fu};
+    if constexpr (kHigh5) {
+      v[0] |= ((ld32(blk + 16 + 8 * q) >> ib) & 0x01010101u) << 4;
+      v[1] |= ((ld32(blk + 20 + 8 * q) >> ib) & 0x01010101u) << 4;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t b = v[i >> 1] >> (16 * (i & 1));
+      w[i] = h16(float(b & 0xFF)) | h16(float((b >> 8) & 0xFF)) << 16;
+    }
+    s[0] = s[1] = scale;
+    o[0] = o[1] = min;
   }
 };
 
@@ -363,7 +477,7 @@ struct HasMma<Q, std::void_t<decltype(Mma<Q>::kScalePerStep)>> : std::true_type 
 // (Bolt gguf-iq2 85 vs 122 tok/s, 2026-11-30), which costs more than it gains.
 template <class Q>
 void matmul_entry(const CudaMatmulArgs& a, cudaStream_t s) {
-  if constexpr (HasMma<Q>::value) {
+  if constexpr (HasMma<Q>::value && !Mma<Q>::kHasMin) {
     static const bool on = cuda::env_is_one("TANDEM_GGUF_MMA");
     // Activations are read as float4: rows of k % 32 == 0 floats from a 16-byte aligned start.
     if (on && reinterpret_cast<uintptr_t>(a.x) % 16 == 0) {

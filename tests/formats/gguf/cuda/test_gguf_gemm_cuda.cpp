@@ -24,7 +24,9 @@ namespace {
 
 using tandem::test::random_vec;
 
-const char* const kGemmTypes[] = {"IQ2_XXS", "NVFP4", "Q8_0"};
+// Every GGUF type with CUDA kernels: the three lane-wise decoders, MmaFromDec's, Q4_K/Q5_K's min.
+const char* const kGemmTypes[] = {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K",   "Q5_K",  "Q6_K",    "IQ4_NL",
+                                  "IQ4_XS",  "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M"};
 
 // max |got − want| / max |want|: every product is exact (fp16 hi + lo activations against the
 // weights' small integers) and both sides round fp32 sums over k, so the expected error is ~1e-6 of
