@@ -78,10 +78,41 @@ struct GemmArgs {
   const int32_t* ntiles = nullptr;
 };
 
+// One group of one m16 × n8 tile: the A fragments wa (rows g) and wb (rows g + 8) with their scales
+// (per k-step where kScalePerStep) times the activations' hi and lo B fragments, folded into the
+// tile's four accumulators ac as the numbers above say.
+template <bool kScalePerStep>
+__device__ __forceinline__ void gemm_tile_step(float* ac, const uint32_t (&wa)[4], const uint32_t (&wb)[4],
+                                               const float (&sa)[2], const float (&sb)[2], const uint4& hi,
+                                               const uint4& lo) {
+  if constexpr (kScalePerStep) {
+#pragma unroll
+    for (int js = 0; js < 2; ++js) {
+      float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t a0 = wa[2 * js], a1 = wb[2 * js], a2 = wa[2 * js + 1], a3 = wb[2 * js + 1];
+      cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
+      cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
+      ac[0] = fmaf(sa[js], t[0], ac[0]);
+      ac[1] = fmaf(sa[js], t[1], ac[1]);
+      ac[2] = fmaf(sb[js], t[2], ac[2]);
+      ac[3] = fmaf(sb[js], t[3], ac[3]);
+    }
+  } else {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+    ac[0] = fmaf(sa[0], t[0], ac[0]);
+    ac[1] = fmaf(sa[0], t[1], ac[1]);
+    ac[2] = fmaf(sb[0], t[2], ac[2]);
+    ac[3] = fmaf(sb[0], t[3], ac[3]);
+  }
+}
+
 // One group of a warp's 2 m16 × nt_active n8 tiles, shared by the block GEMM and the one-copy GEMM
-// (gemm_tc_cuda.cuh): the A fragments wa (rows g) and wb (rows g + 8) of each m16 tile with their
-// scales, times the staged activations of the lane's first column at xg (hi, lo; the next n8 tile's
-// column 8 · kGemmColBytes further), folded into acc as the numbers above say.
+// (gemm_tc_cuda.cuh): each m16 tile's A fragments and scales times the staged activations of the
+// lane's first column at xg (hi, lo; the next n8 tile's column 8 · kGemmColBytes further).
 template <bool kScalePerStep>
 __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint32_t (&wa)[2][4],
                                                const uint32_t (&wb)[2][4], const float (&sa)[2][2],
@@ -92,100 +123,37 @@ __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      float* ac = acc[mt][nt];
-      if constexpr (kScalePerStep) {
-#pragma unroll
-        for (int js = 0; js < 2; ++js) {
-          float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          const uint32_t a0 = wa[mt][2 * js], a1 = wb[mt][2 * js], a2 = wa[mt][2 * js + 1], a3 = wb[mt][2 * js + 1];
-          cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
-          cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
-          ac[0] = fmaf(sa[mt][js], t[0], ac[0]);
-          ac[1] = fmaf(sa[mt][js], t[1], ac[1]);
-          ac[2] = fmaf(sb[mt][js], t[2], ac[2]);
-          ac[3] = fmaf(sb[mt][js], t[3], ac[3]);
-        }
-      } else {
-        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], hi.x, hi.y);
-        cuda::mma16816(t, wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], lo.x, lo.y);
-        cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], hi.z, hi.w);
-        cuda::mma16816(t, wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], lo.z, lo.w);
-        ac[0] = fmaf(sa[mt][0], t[0], ac[0]);
-        ac[1] = fmaf(sa[mt][0], t[1], ac[1]);
-        ac[2] = fmaf(sb[mt][0], t[2], ac[2]);
-        ac[3] = fmaf(sb[mt][0], t[3], ac[3]);
-      }
-    }
+    for (int mt = 0; mt < 2; ++mt) gemm_tile_step<kScalePerStep>(acc[mt][nt], wa[mt], wb[mt], sa[mt], sb[mt], hi, lo);
   }
 }
 
-// gemm_group_mma for one m16 tile (the other's decode not yet live): the same sums and folds, so the
-// same bits as the two-tile form.
-template <bool kScalePerStep>
+// gemm_group_mma for one m16 tile (the other's decode not yet live): the same steps, so the same bits.
+// With kMin (Q4_K, Q5_K: one scale and one min a group) also Σ x of the group's 32 elements per n8 tile
+// on the tensor cores (an all-ones A fragment, hi then lo, exact products) and acc = fma(−min, Σ x, acc)
+// after the step.
+template <bool kScalePerStep, bool kMin = false>
 __device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
                                               const float (&sa)[2], const float (&sb)[2], const unsigned char* xg,
-                                              int nt_active) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    if (nt >= nt_active) break;
-    const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
-    const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
-    float* ac = ac8[nt];
-    if constexpr (kScalePerStep) {
-#pragma unroll
-      for (int js = 0; js < 2; ++js) {
-        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const uint32_t a0 = wa[2 * js], a1 = wb[2 * js], a2 = wa[2 * js + 1], a3 = wb[2 * js + 1];
-        cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
-        cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
-        ac[0] = fmaf(sa[js], t[0], ac[0]);
-        ac[1] = fmaf(sa[js], t[1], ac[1]);
-        ac[2] = fmaf(sb[js], t[2], ac[2]);
-        ac[3] = fmaf(sb[js], t[3], ac[3]);
-      }
-    } else {
-      float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-      cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-      cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-      cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
-      ac[0] = fmaf(sa[0], t[0], ac[0]);
-      ac[1] = fmaf(sa[0], t[1], ac[1]);
-      ac[2] = fmaf(sb[0], t[2], ac[2]);
-      ac[3] = fmaf(sb[0], t[3], ac[3]);
-    }
-  }
-}
-
-// gemm_tile_mma for the types with a min (Mma<Q>::kHasMin: Q4_K, Q5_K; one scale and one min a
-// group): per n8 tile also Σ x of the group's 32 elements on the tensor cores (an all-ones A fragment,
-// hi then lo, exact products), then acc = fma(s, Σ q·x, acc) and acc = fma(−min, Σ x, acc). One m16
-// tile at a time (both at once spill); Σ x is summed again for the second tile, the same bits.
-__device__ __forceinline__ void gemm_tile_mma_min(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
-                                                  const float (&sa)[2], const float (&sb)[2], const float (&oa)[2],
-                                                  const float (&ob)[2], const unsigned char* xg, int nt_active) {
+                                              int nt_active, const float* oa = nullptr, const float* ob = nullptr) {
   constexpr uint32_t kOnes = 0x3C003C00u;  // fp16 (1, 1)
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     if (nt >= nt_active) break;
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
-    float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.x, hi.y);
-    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.x, lo.y);
-    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.z, hi.w);
-    cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.z, lo.w);
-    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
     float* ac = ac8[nt];
-    ac[0] = fmaf(-oa[0], sx[0], fmaf(sa[0], t[0], ac[0]));
-    ac[1] = fmaf(-oa[0], sx[1], fmaf(sa[0], t[1], ac[1]));
-    ac[2] = fmaf(-ob[0], sx[2], fmaf(sb[0], t[2], ac[2]));
-    ac[3] = fmaf(-ob[0], sx[3], fmaf(sb[0], t[3], ac[3]));
+    gemm_tile_step<kScalePerStep>(ac, wa, wb, sa, sb, hi, lo);
+    if constexpr (kMin) {
+      float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.x, hi.y);
+      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.x, lo.y);
+      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.z, hi.w);
+      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.z, lo.w);
+      ac[0] = fmaf(-oa[0], sx[0], ac[0]);
+      ac[1] = fmaf(-oa[0], sx[1], ac[1]);
+      ac[2] = fmaf(-ob[0], sx[2], ac[2]);
+      ac[3] = fmaf(-ob[0], sx[3], ac[3]);
+    }
   }
 }
 
@@ -462,7 +430,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
           float oa[2], ob[2];
           M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt], oa);
           M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt], ob);
-          gemm_tile_mma_min(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], oa, ob, xg, nt_active);
+          gemm_tile_mma<false, true>(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], xg, nt_active, oa, ob);
         }
       } else if constexpr (M::kTileByTile) {
         // One m16 tile at a time, so that one tile's decode is live at once (MmaFromDec's whole units
