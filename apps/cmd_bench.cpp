@@ -426,7 +426,7 @@ const CommandSpec& bench_spec() {
       "unless given.",
       with_model_flags({
           {"synth", "SHAPE", "a synthetic model built in memory (tiny|nano|bolt|super) instead of --model"},
-          {"mix", "M", "the synthetic model's weight mix (gguf-iq2|bf16|exl3-2|nvfp4; default gguf-iq2)"},
+          {"mix", "M", "the synthetic model's weight mix (gguf-iq2|bf16|exl3-2|nvfp4|gguf-TYPE, as tandem synth; default gguf-iq2)"},
           {"uniform", "", "synthetic: every layer the same kind"},
           {"seed", "S", "random seed"},
           {"json", "FILE", "write every number to FILE"},
@@ -517,19 +517,19 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::unique_ptr<Model> model;
   std::optional<synth::Plan> plan;
   if (synthetic) {
-    const synth::Mix mix = synth::parse_mix(a.str("mix", "gguf-iq2"));
+    const synth::MixSpec mix = synth::parse_mix(a.str("mix", "gguf-iq2"));
     plan = synth::make_plan(synth::model_shape(a.str("synth"), a.flag("uniform")), mix, &reg);
-    r.model = "synth:" + a.str("synth") + (a.flag("uniform") ? "-uniform" : "") + "/" + synth::mix_name(mix);
+    r.model = "synth:" + a.str("synth") + (a.flag("uniform") ? "-uniform" : "") + "/" + plan->mix_label;
     r.plan_decode_bytes = plan->totals.decode_bytes;
     r.params = plan->totals.params, r.active_params = plan->totals.active;
-    if (a.str("synth") == "bolt" && !a.flag("uniform") && mix == synth::Mix::GgufIq2) r.spec_decode_bytes = kBoltIq2DecodeBytes;
+    if (a.str("synth") == "bolt" && !a.flag("uniform") && mix.mix == synth::Mix::GgufIq2) r.spec_decode_bytes = kBoltIq2DecodeBytes;
     if (p.load.threads >= 0) set_thread_count(p.load.threads);
     auto t0 = clock_type::now();
     auto ck = std::make_unique<synth::SynthCheckpoint>(*plan, seed, r.model);
     r.gen_seconds = since(t0);
     r.host_bytes = ck->host_bytes();
     t0 = clock_type::now();
-    model = Model::load(std::move(ck), std::string("synth ") + synth::mix_name(mix), p.load, reg);
+    model = Model::load(std::move(ck), std::string("synth ") + plan->mix_label, p.load, reg);
     r.load_seconds = since(t0);
   } else {
     r.model = p.load.path;

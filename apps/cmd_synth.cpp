@@ -27,8 +27,8 @@ const CommandSpec& synth_spec() {
       with_verbose_flag({
           {"shape", "tiny|nano|bolt|super", "the model's shape (required)"},
           {"uniform", "", "every layer the same kind (for per-layer timing)"},
-          {"mix", "gguf-iq2|bf16|exl3-2|nvfp4", "the weight types (required)"},
-          {"out", "PATH", "the file (gguf-iq2) or folder (bf16, exl3-2, nvfp4) to write; or --dry-run"},
+          {"mix", "gguf-iq2|bf16|exl3-2|nvfp4|gguf-TYPE", "the weight types (required); gguf-TYPE: every linear but embedding and lm_head in one GGUF type (q8_0, q6_k, q5_k, q4_k, iq4_xs, iq4_nl, iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs, iq1_m, nvfp4)"},
+          {"out", "PATH", "the file (gguf-iq2, gguf-TYPE) or folder (bf16, exl3-2, nvfp4) to write; or --dry-run"},
           {"dry-run", "", "print the sizes only, write nothing"},
           {"seed", "S", "random seed (default 0)"},
           {"shard-bytes", "N", "largest safetensors shard (default 5e9)"},
@@ -74,7 +74,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
   if (a.has("drafter")) return synth_drafter(a);
   check(a.has("shape") && a.has("mix") && (a.has("out") || a.flag("dry-run")),
         "tandem synth: --shape, --mix and --out (or --dry-run) are required");
-  const synth::Mix mix = synth::parse_mix(a.str("mix"));
+  const synth::MixSpec mix = synth::parse_mix(a.str("mix"));
   const synth::Plan plan = synth::make_plan(synth::model_shape(a.str("shape"), a.flag("uniform")), mix);
   const uint64_t seed = uint64_t(a.integer("seed", 0));
   const long long shard = a.integer("shard-bytes", 5000000000LL);
@@ -85,7 +85,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
 
   const synth::Totals& t = plan.totals;
   std::fprintf(stderr, "%s%s %s: %zu layers (%s), %lld parameters (%lld active), %zu B of tensors, %zu B read per token\n",
-               a.str("shape").c_str(), a.flag("uniform") ? " (uniform)" : "", synth::mix_name(mix),
+               a.str("shape").c_str(), a.flag("uniform") ? " (uniform)" : "", plan.mix_label.c_str(),
                plan.desc.layers.size(), plan.desc.pattern().c_str(), (long long)t.params, (long long)t.active, t.bytes,
                t.decode_bytes);
   if (a.flag("dry-run")) {
@@ -96,7 +96,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
   auto bar = cli::progress_printer("writing " + a.str("out"));
   auto progress = [&](size_t done, size_t all) { bar(all ? double(done) / double(all) : 1.0); };
   const auto t0 = std::chrono::steady_clock::now();
-  if (mix == synth::Mix::GgufIq2) synth::write_gguf(plan, a.str("out"), seed, progress);
+  if (synth::is_gguf(plan.mix)) synth::write_gguf(plan, a.str("out"), seed, progress);
   else synth::write_hf_folder(plan, a.str("out"), seed, size_t(shard), progress);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "wrote %s in %.1f s (%.2f GB/s)\n", a.str("out").c_str(), s, double(t.bytes) * 1e-9 / s);

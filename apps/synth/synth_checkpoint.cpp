@@ -95,7 +95,7 @@ void SynthCheckpoint::add_views(const StoredTensor& t, const uint8_t* data) {
     check(fresh, "synth: tensor '", name, "' appears twice");
     tensors_.push_back(RawTensor{std::move(name), std::move(dtype), std::move(shape), p, bytes, label_});
   };
-  if (plan_.mix != Mix::GgufIq2) return add(t.name, t.dtype, t.shape, data, t.nbytes);
+  if (!is_gguf(plan_.mix)) return add(t.name, t.dtype, t.shape, data, t.nbytes);
   // As GgufCheckpoint names a GGUF file's tensors.
   if (t.scale) {
     const std::string base = w.view_name.substr(0, w.view_name.size() - std::string(".weight").size());

@@ -134,7 +134,7 @@ void generate_rows(const Plan& plan, const StoredTensor& t, uint64_t stream, int
     return;
   }
   // GGUF stores A itself (−exp(A_log)), HF stores A_log.
-  const Init init = w.init == Init::ALog && plan.mix == Mix::GgufIq2 ? Init::A : w.init;
+  const Init init = w.init == Init::ALog && is_gguf(plan.mix) ? Init::A : w.init;
   const std::string& type = t.dtype;
   if (type == "F32" || type == "F16" || type == "BF16") {
     for (int64_t r = r0; r < r1; ++r) {

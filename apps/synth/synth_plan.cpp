@@ -3,6 +3,8 @@
 #include "synth_plan.h"
 
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 #include <cmath>
 #include <mutex>
 #include <tuple>
@@ -14,7 +16,8 @@ namespace tandem::synth {
 namespace {
 
 // The 2-bit mix's type for a weight, with llama-quantize's fallbacks for rows a block type cannot hold.
-std::string gguf_type(Role role, int64_t row_len, const Writer& writer) {
+// `base`: gguf-TYPE's type (empty for gguf-iq2).
+std::string gguf_type(Role role, int64_t row_len, const Writer& writer, const std::string& base) {
   auto fits = [&](const char* t) {
     const auto l = writer.type_layout(t);
     check(l.has_value(), "synth: the ", writer.extension(), " writer does not know type ", t);
@@ -25,6 +28,9 @@ std::string gguf_type(Role role, int64_t row_len, const Writer& writer) {
       if (fits(t)) return std::string(t);
     return std::string("F16");
   };
+  if (!base.empty() && role != Role::Embedding && role != Role::Head && role != Role::Norm &&
+      role != Role::MambaVector && role != Role::Router && role != Role::RouterBias)
+    return first_fit({base.c_str(), "Q8_0"});
   switch (role) {
     case Role::Routed:
     case Role::Shared: return first_fit({"IQ2_XXS", "IQ4_NL", "Q8_0"});
@@ -45,8 +51,9 @@ std::string gguf_type(Role role, int64_t row_len, const Writer& writer) {
 // Pools of random rows are made in this order of their types (the ggml ids' order), so that the
 // in-memory checkpoint's bytes stay what they were when pools were keyed by ggml id.
 int type_order(const std::string& dtype) {
-  static const char* const kOrder[] = {"F32",    "F16",  "Q8_0",  "IQ2_XXS", "I16",
-                                      "IQ4_NL", "I32",  "BF16",  "NVFP4",   "U8", "F8_E4M3"};
+  static const char* const kOrder[] = {"F32",   "F16",  "Q8_0",   "IQ2_XXS", "I16",   "IQ4_NL", "I32",
+                                      "BF16",  "NVFP4", "U8",     "F8_E4M3", "Q4_K",  "Q5_K",   "Q6_K",
+                                      "IQ4_XS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M"};
   for (int i = 0; i < int(std::size(kOrder)); ++i)
     if (dtype == kOrder[i]) return i;
   return int(std::size(kOrder));
@@ -250,12 +257,27 @@ double nvfp4_code_rms() { return std::sqrt(68.5 / 8.0); }  // (0 + .25 + 1 + 2.2
 float nvfp4_weight_scale_2(double stddev) { return float(stddev / (nvfp4_code_rms() * kNvfp4BlockScale)); }
 float fp8_weight_scale(double stddev) { return float(std::sqrt(3.0) * stddev / 448.0); }
 
-Mix parse_mix(const std::string& name) {
-  if (name == "gguf-iq2") return Mix::GgufIq2;
-  if (name == "bf16") return Mix::Bf16;
-  if (name == "exl3-2") return Mix::Exl3_2;
-  if (name == "nvfp4") return Mix::Nvfp4;
-  fail("synth: unknown mix '", name, "' (expected gguf-iq2, bf16, exl3-2 or nvfp4)");
+const char* const kGgufMixTypes[] = {"Q8_0",   "Q6_K",   "Q5_K",  "Q4_K",    "IQ4_XS", "IQ4_NL", "IQ3_S",
+                                     "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "NVFP4"};
+const int kGgufMixTypeCount = int(std::size(kGgufMixTypes));
+
+MixSpec parse_mix(const std::string& name) {
+  std::string low = name;
+  for (char& ch : low) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  MixSpec m;
+  m.name = low;
+  if (low == "gguf-iq2") return m.mix = Mix::GgufIq2, m;
+  if (low == "bf16") return m.mix = Mix::Bf16, m;
+  if (low == "exl3-2") return m.mix = Mix::Exl3_2, m;
+  if (low == "nvfp4") return m.mix = Mix::Nvfp4, m;
+  std::string types;
+  for (const char* t : kGgufMixTypes) {
+    std::string tl = t;
+    for (char& ch : tl) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    if (low == "gguf-" + tl) return m.mix = Mix::GgufType, m.gguf_type = t, m;
+    types += (types.empty() ? "" : ", ") + tl;
+  }
+  fail("synth: unknown mix '", name, "' (expected gguf-iq2, bf16, exl3-2, nvfp4 or gguf-TYPE with TYPE one of ", types, ")");
 }
 
 const char* mix_name(Mix mix) {
@@ -264,10 +286,12 @@ const char* mix_name(Mix mix) {
     case Mix::Bf16: return "bf16";
     case Mix::Exl3_2: return "exl3-2";
     case Mix::Nvfp4: return "nvfp4";
+    case Mix::GgufType: return "gguf-type";
   }
   return "?";
 }
-const char* mix_writer(Mix mix) { return mix == Mix::GgufIq2 ? "gguf" : "safetensors"; }
+bool is_gguf(Mix mix) { return mix == Mix::GgufIq2 || mix == Mix::GgufType; }
+const char* mix_writer(Mix mix) { return is_gguf(mix) ? "gguf" : "safetensors"; }
 
 std::shared_ptr<const Writer> find_writer(const std::string& name, PluginRegistry* registry) {
   static std::mutex mu;
@@ -300,16 +324,29 @@ std::string Weight::expert_name(const std::string& pattern, int e) const {
 }
 
 Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry) {
+  check(mix != Mix::GgufType, "synth: a gguf-TYPE mix needs its type (make_plan with a MixSpec)");
+  MixSpec m;
+  m.mix = mix;
+  m.name = mix_name(mix);
+  return make_plan(desc, m, registry);
+}
+
+Plan make_plan(const ModelDesc& desc, const MixSpec& spec, PluginRegistry* registry) {
+  const Mix mix = spec.mix;
+  check((mix == Mix::GgufType) == !spec.gguf_type.empty(), "synth: mix '", spec.name,
+        "': a block type goes with gguf-TYPE mixes only");
   Plan p;
   p.desc = desc;
   p.mix = mix;
+  p.gguf_type = spec.gguf_type;
+  p.mix_label = spec.name.empty() ? mix_name(mix) : spec.name;
   p.writer = find_writer(mix_writer(mix), registry);
   const Writer& writer = *p.writer;
   p.weights = Planner(desc).weights();
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const Weight& w = p.weights[wi];
-    if (mix == Mix::GgufIq2) {
-      const std::string type = gguf_type(w.role, w.fan_in, writer);
+    if (is_gguf(mix)) {
+      const std::string type = gguf_type(w.role, w.fan_in, writer, p.gguf_type);
       p.tensors.push_back(stored(w.gguf_name, type, w.ne, w.fan_in, int(wi), writer));
       if (writer.companion_scale(type, 1.0)) {  // NVFP4: a per-tensor F32 `.scale` beside the blocks
         const std::string base = w.gguf_name.substr(0, w.gguf_name.size() - std::string(".weight").size());

@@ -33,11 +33,26 @@ namespace tandem::synth {
 // block scales, F32 weight_scale_2 and input_scale); Mamba in/out, attention, latent (and dense MLP)
 // projections FP8 with a per-tensor F32 weight_scale; the rest as in bf16. An NVFP4 row length that is
 // not a multiple of 64 (the CUDA repack's block) falls back to FP8.
+// gguf-TYPE (gguf-q4_k, gguf-iq4_xs, … for a GGUF ladder type): every linear but the embedding and
+// lm_head in TYPE (a row length TYPE cannot hold falls back to Q8_0), embedding and lm_head Q8_0, the
+// rest F32 as in gguf-iq2; Q4_K/Q5_K blocks get a dmin that centres their values on zero.
 // Types are named as strings; the container's Writer (plugin "gguf" or "safetensors", found by name
 // through the registry) knows their block geometry and makes random blocks of its quantized types.
-enum class Mix { GgufIq2, Bf16, Exl3_2, Nvfp4 };
-Mix parse_mix(const std::string& name);  // "gguf-iq2", "bf16", "exl3-2", "nvfp4"; errors list the names
-const char* mix_name(Mix mix);
+enum class Mix { GgufIq2, Bf16, Exl3_2, Nvfp4, GgufType };
+// A mix as named on the command line; gguf_type is Mix::GgufType's block type ("Q4_K"), else empty.
+struct MixSpec {
+  Mix mix = Mix::GgufIq2;
+  std::string gguf_type;
+  std::string name;  // as given, lower case: "gguf-iq2", "gguf-q4_k"
+};
+// "gguf-iq2", "bf16", "exl3-2", "nvfp4" or "gguf-TYPE" with TYPE one of kGgufMixTypes (any case);
+// errors list the names.
+MixSpec parse_mix(const std::string& name);
+// The GGUF block types a gguf-TYPE mix can take (the types with random blocks and CUDA kernels).
+extern const char* const kGgufMixTypes[];
+extern const int kGgufMixTypeCount;
+const char* mix_name(Mix mix);           // gguf-TYPE mixes: "gguf-type"
+bool is_gguf(Mix mix);                   // written as one GGUF file (gguf-iq2, gguf-TYPE)
 const char* mix_writer(Mix mix);         // the Writer a mix's files are written with: "gguf", "safetensors"
 // The Writer of that name from `registry`, or when null from the default plugins (loaded once,
 // TANDEM_PLUGIN_PATH and the default folder). Error: no loaded plugin provides it (the message lists
@@ -128,6 +143,8 @@ struct Totals {
 struct Plan {
   ModelDesc desc;
   Mix mix;
+  std::string gguf_type;  // Mix::GgufType's block type, else empty
+  std::string mix_label;  // the mix's name: "gguf-iq2", "gguf-q4_k", …
   std::shared_ptr<const Writer> writer;  // mix_writer(mix)
   std::vector<Weight> weights;
   std::vector<StoredTensor> tensors;
@@ -137,6 +154,8 @@ struct Plan {
 // Every weight of `desc` and the tensors of `mix`, written with `registry`'s writer (null: the default
 // plugins'; a command that has loaded its plugins passes its registry, so they load once). The
 // registry must outlive the plan. Errors name the shape a mix cannot hold.
+Plan make_plan(const ModelDesc& desc, const MixSpec& mix, PluginRegistry* registry = nullptr);
+// A named mix (not Mix::GgufType, which needs its type: the MixSpec form).
 Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry = nullptr);
 
 }  // namespace tandem::synth

@@ -94,7 +94,7 @@ std::string plan_config_json(const Plan& plan) {
 }
 
 void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const Progress& progress) {
-  check(plan.mix == Mix::GgufIq2, "synth: write_gguf needs the gguf-iq2 mix, found ", mix_name(plan.mix));
+  check(is_gguf(plan.mix), "synth: write_gguf needs a GGUF mix (gguf-iq2, gguf-TYPE), found ", plan.mix_label);
   std::vector<TensorSpec> layout;
   for (const StoredTensor& t : plan.tensors) layout.push_back({t.name, t.dtype, t.shape});
   const Vocabulary vocab = synthetic_vocabulary(plan.desc);
@@ -111,7 +111,7 @@ void write_gguf(const Plan& plan, const std::string& path, uint64_t seed, const 
 
 void write_hf_folder(const Plan& plan, const std::string& dir, uint64_t seed, size_t shard_bytes,
                      const Progress& progress) {
-  check(plan.mix != Mix::GgufIq2, "synth: write_hf_folder needs an HF mix (bf16, exl3-2, nvfp4), found ", mix_name(plan.mix));
+  check(!is_gguf(plan.mix), "synth: write_hf_folder needs an HF mix (bf16, exl3-2, nvfp4), found ", plan.mix_label);
   std::filesystem::create_directories(dir);
   // Shards in tensor order, each up to shard_bytes.
   std::vector<std::vector<size_t>> shards(1);

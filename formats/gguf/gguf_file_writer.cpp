@@ -6,10 +6,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -97,6 +99,41 @@ bool random_block(int type, Rng& r, uint8_t* b, int block_bytes, float d) {
       random_bytes(r, b, size_t(block_bytes));
       for (int s = 0; s < 4; ++s) b[s] = uint8_t(kFp4ScaleLo + r.next() % kFp4ScaleSpan);
       return true;
+    case 17:  // IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ4_XS: d first, then bits that are all valid
+    case 18:
+    case 21:
+    case 22:
+    case 23: {
+      random_bytes(r, b, size_t(block_bytes));
+      const uint16_t h = f32_to_f16(d);
+      std::memcpy(b, &h, 2);
+      return true;
+    }
+    case 12:    // Q4_K / Q5_K: d, dmin, 6-bit scales and mins, quants. w = d·sc·q − dmin·m with sc, m,
+    case 13: {  // q uniform: dmin = q̄·d (7.5 or 15.5) centres the values on zero.
+      random_bytes(r, b, size_t(block_bytes));
+      const uint16_t h = f32_to_f16(d), hm = f32_to_f16(d * (type == 12 ? 7.5f : 15.5f));
+      std::memcpy(b, &h, 2);
+      std::memcpy(b + 2, &hm, 2);
+      return true;
+    }
+    case 14: {  // Q6_K: ql, qh, int8 scales, d last
+      random_bytes(r, b, size_t(block_bytes));
+      const uint16_t h = f32_to_f16(d);
+      std::memcpy(b + block_bytes - 2, &h, 2);
+      return true;
+    }
+    case 29: {  // IQ1_M: the fp16 d spread over the top nibbles of the four u16 scale words at byte 48
+      random_bytes(r, b, size_t(block_bytes));
+      const uint16_t h = f32_to_f16(d);
+      for (int i = 0; i < 4; ++i) {
+        uint16_t sc;
+        std::memcpy(&sc, b + 48 + 2 * i, 2);
+        sc = uint16_t((sc & 0x0FFF) | (((h >> (4 * i)) & 0xF) << 12));
+        std::memcpy(b + 48 + 2 * i, &sc, 2);
+      }
+      return true;
+    }
     default: return false;
   }
 }
@@ -244,7 +281,8 @@ std::unique_ptr<TensorFile> GgufWriter::create(const std::string& path, const st
 
 bool GgufWriter::random_blocks(const std::string& dtype, double rms, Rng& rng, uint8_t* out, int64_t n_blocks) const {
   const GgmlTypeInfo* g = ggml_type_info(dtype);
-  if (!g || (g->id != 8 && g->id != 16 && g->id != 20 && g->id != kNvfp4)) return false;
+  static constexpr int kIds[] = {8, 12, 13, 14, 16, 17, 18, 20, 21, 22, 23, 29, kNvfp4};
+  if (!g || std::find(std::begin(kIds), std::end(kIds), g->id) == std::end(kIds)) return false;
   const float d = g->id == kNvfp4 ? 1.0f : float(rms / unit_rms(g->id));
   for (int64_t b = 0; b < n_blocks; ++b) random_block(g->id, rng, out + b * g->block_bytes, g->block_bytes, d);
   return true;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 
 #include "formats/gguf/gguf_checkpoint.h"
 #include "formats/gguf/gguf_file.h"
+#include "formats/gguf/quant.h"
 #include "synth_checkpoint.h"
 #include "synth_model.h"
 #include "synth_plan.h"
@@ -288,6 +291,58 @@ TEST(SynthRun, TinyGgufFromFileAndFromMemory) {
   EXPECT_EQ(from_memory->decode_bytes(), from_file->decode_bytes());
 }
 
+// gguf-TYPE, for every ladder type: the linears take the type where their rows hold whole blocks
+// (else Q8_0), the file loads and runs on the CPU, the in-memory checkpoint has the file's tensors,
+// and the synthesized weights have the initializer's scale around zero (Q4_K/Q5_K's dmin centres them).
+TEST(SynthRun, EveryGgufLadderTypeWritesLoadsAndRuns) {
+  TempDir dir;
+  for (int i = 0; i < kGgufMixTypeCount; ++i) {
+    const std::string type = kGgufMixTypes[i];
+    std::string name = "gguf-" + type;
+    for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    const MixSpec mix = parse_mix(name);
+    ASSERT_EQ(mix.mix, Mix::GgufType) << name;
+    ASSERT_EQ(mix.gguf_type, type);
+    const Plan plan = make_plan(model_shape("tiny"), mix);
+    EXPECT_EQ(plan.mix_label, name);
+    int of_type = 0;
+    for (const StoredTensor& t : plan.tensors) {
+      const Weight& w = plan.weights[size_t(t.weight)];
+      if (w.role == Role::Embedding || w.role == Role::Head) EXPECT_EQ(t.dtype, "Q8_0") << name << " " << t.name;
+      if (t.dtype == type) ++of_type;
+      if ((w.role == Role::Routed || w.role == Role::MambaProj) && !t.scale)
+        EXPECT_TRUE(t.dtype == type || t.dtype == "Q8_0") << name << " " << t.name << " " << t.dtype;
+    }
+    EXPECT_GT(of_type, 10) << name;
+    const std::string path = dir.file(name + ".gguf");
+    write_gguf(plan, path, 5);
+    LoadOptions o;
+    o.path = path;
+    auto m = Model::load(o, registry());
+    expect_runs(*m);
+    // One routed tensor of the type, dequantized: mean near zero against its rms and rms near its std.
+    auto file = gguf::open_checkpoint(path);
+    for (const RawTensor& t : file->tensors()) {
+      if (t.dtype != type || t.name.find("experts") == std::string::npos) continue;
+      const gguf::QuantType* qt = gguf::find_type(type);
+      ASSERT_NE(qt, nullptr);
+      const int64_t n = std::min<int64_t>(int64_t(t.nbytes / size_t(qt->block_bytes)), 512) * qt->block_elems;
+      std::vector<float> v(static_cast<size_t>(n));
+      qt->dequantize(t.data, v.data(), n);
+      double sum = 0, sq = 0;
+      for (float x : v) sum += x, sq += double(x) * x;
+      const double mean = sum / double(n), rms = std::sqrt(sq / double(n));
+      EXPECT_LT(std::abs(mean), 0.2 * rms) << name << " " << t.name;
+      const double want = 1.0 / std::sqrt(double(t.shape.back()));  // unit gain: std 1/√fan_in
+      if (type != "NVFP4") EXPECT_NEAR(rms, want, 0.5 * want) << name << " " << t.name;  // NVFP4: times its .scale
+      break;
+    }
+  }
+  EXPECT_THROW(parse_mix("gguf-q3_k"), Error);
+  EXPECT_THROW(parse_mix("gguf-"), Error);
+  EXPECT_EQ(parse_mix("GGUF-Q4_K").gguf_type, "Q4_K");
+}
+
 TEST(SynthRun, TinyBf16FolderFromFileAndFromMemory) {
   TempDir dir;
   const Plan plan = make_plan(model_shape("tiny"), Mix::Bf16);
@@ -510,6 +565,6 @@ TEST(SynthShapes, Nvfp4PlansEveryShape) {
     // Mostly 4.5-bit experts (tiny's BF16 embedding and head outweigh them).
     if (std::string(shape) != "tiny") EXPECT_LT(q.totals.bytes, d.totals.bytes / 3) << shape;
   }
-  EXPECT_EQ(parse_mix("nvfp4"), Mix::Nvfp4);
+  EXPECT_EQ(parse_mix("nvfp4").mix, Mix::Nvfp4);
   EXPECT_STREQ(mix_name(Mix::Nvfp4), "nvfp4");
 }

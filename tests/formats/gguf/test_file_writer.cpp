@@ -55,7 +55,8 @@ TEST(GgufWriter, StreamedFileEqualsWriteGguf) {
 
 TEST(GgufWriter, RandomBlocksHaveTheRmsAskedFor) {
   GgufWriter w;
-  for (const char* type : {"Q8_0", "IQ4_NL", "IQ2_XXS"}) {
+  for (const char* type : {"Q8_0", "IQ4_NL", "IQ2_XXS", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XS", "IQ2_S", "IQ3_XXS",
+                           "IQ3_S", "IQ1_M"}) {
     const GgmlTypeInfo* g = ggml_type_info(type);
     const QuantType* q = find_type(g->id);
     ASSERT_NE(q, nullptr) << type;
@@ -67,7 +68,10 @@ TEST(GgufWriter, RandomBlocksHaveTheRmsAskedFor) {
     q->dequantize(blocks.data(), v.data(), int64_t(v.size()));
     double ss = 0;
     for (float x : v) ss += double(x) * x;
+    double sum = 0;
+    for (float x : v) sum += x;
     EXPECT_NEAR(std::sqrt(ss / double(v.size())), 0.05, 0.005) << type;
+    EXPECT_LT(std::abs(sum / double(v.size())), 0.01) << type << ": values centred on zero";
     EXPECT_FALSE(w.companion_scale(type, 0.05).has_value()) << type;
   }
   // NVFP4 blocks stay at unit scale; the tensor scale brings them to the rms.
@@ -84,7 +88,8 @@ TEST(GgufWriter, RandomBlocksHaveTheRmsAskedFor) {
   ASSERT_TRUE(s.has_value());
   EXPECT_NEAR(std::sqrt(ss / double(v.size())) * *s, 0.05, 0.005);
   uint8_t one[64];
-  EXPECT_FALSE(w.random_blocks("Q4_K", 1.0, rng, one, 0));  // a type it has no generator for
+  EXPECT_FALSE(w.random_blocks("Q4_0", 1.0, rng, one, 0));  // a type it has no generator for
+  EXPECT_FALSE(w.random_blocks("F16", 1.0, rng, one, 0));
 }
 
 }  // namespace
