@@ -335,26 +335,35 @@ struct SplitInput {
   __half* lo;
   float* sc;
 };
-size_t split_input_bytes(const DeviceWeights& w, int64_t rows) {
-  return 2 * align256(size_t(rows * w.k) * 2) + align256(size_t(rows * (w.k / kHad)) * 4) +
-         align256(size_t(rows) * 4);  // kRowScale's row maxima
+// Where split_input's parts sit in its workspace: hi at 0, then lo, the scales and kRowScale's row maxima.
+struct SplitLayout {
+  size_t lo, sc, row_max, total;
+};
+SplitLayout split_layout(const DeviceWeights& w, int64_t rows) {
+  SplitLayout l;
+  l.lo = align256(size_t(rows * w.k) * 2);
+  l.sc = 2 * l.lo;
+  l.row_max = l.sc + align256(size_t(rows * (w.k / kHad)) * 4);
+  l.total = l.row_max + align256(size_t(rows) * 4);
+  return l;
 }
+size_t split_input_bytes(const DeviceWeights& w, int64_t rows) { return split_layout(w, rows).total; }
 SplitInput split_input(const DeviceWeights& w, const float* x, int per_x, const int32_t* ids, int64_t rows, char*& ws,
                        cudaStream_t s) {
+  const SplitLayout l = split_layout(w, rows);
   SplitInput in;
   in.hi = reinterpret_cast<__half*>(ws);
-  in.lo = reinterpret_cast<__half*>(ws + align256(size_t(rows * w.k) * 2));
-  in.sc = reinterpret_cast<float*>(ws + 2 * align256(size_t(rows * w.k) * 2));
+  in.lo = reinterpret_cast<__half*>(ws + l.lo);
+  in.sc = reinterpret_cast<float*>(ws + l.sc);
   unsigned* row_max = nullptr;
   if (prefill_impl() == PrefillImpl::kRowScale) {
-    row_max = reinterpret_cast<unsigned*>(ws + 2 * align256(size_t(rows * w.k) * 2) +
-                                          align256(size_t(rows * (w.k / kHad)) * 4));
+    row_max = reinterpret_cast<unsigned*>(ws + l.row_max);
     cuda::check_cuda(cudaMemsetAsync(row_max, 0, size_t(rows) * 4, s), "exl3: clear the row maxima");
     row_max_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(x, w.in_features, per_x, ids, w.n_experts,
                                                                        w.suh, w.k, rows, row_max);
     check_launch("exl3 row_max");
   }
-  ws += split_input_bytes(w, rows);
+  ws += l.total;
   rotate_split_kernel<<<warp_blocks(rows * (w.k / kHad), 4), 128, 0, s>>>(
       x, w.in_features, per_x, ids, w.n_experts, w.suh, w.k, rows, row_max, in.hi, in.lo, in.sc);
   check_launch("exl3 rotate_split");
