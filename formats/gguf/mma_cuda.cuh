@@ -1,5 +1,7 @@
-// Tensor-core GEMV for 1–16 activation rows on the block types of NVIDIA's 2-bit Bolt file
-// (IQ2_XXS, NVFP4, Q8_0): weights are decoded to their exact small integers in fp16 and multiplied
+// The tensor-core decoders of every GGUF CUDA type (Mma<Q>: lane-wise for IQ2_XXS, NVFP4, Q8_0, Q6_K,
+// Q4_K/Q5_K; MmaFromDec for the other i-quants and IQ4), which the prefill GEMM (gemm_cuda.cuh) uses,
+// and a tensor-core GEMV for 1–16 activation rows on them (not Q4_K/Q5_K): weights are decoded to
+// their exact small values in fp16 and multiplied
 // on mma.sync m16n8k16 with fp32 accumulation, so extra rows cost little (the fp32 GEMV of
 // kernels_cuda.cuh pays one FMA per weight per row). Opt-in (TANDEM_GGUF_MMA=1): see matmul_entry.
 // Owner: callers own every pointer. Thread: one caller per stream. Sync: launches are queued.
@@ -124,11 +126,11 @@ struct Mma<DecNVFP4> {
   }
 };
 
-// fp16 bits of v (exact for the decoders' small values: tests/formats/gguf/cuda/test_mma_host.cu).
+// fp16 bits of v (exact for the decoders' small values: GgufCudaMmaDecoders in test_decode_host.cu).
 TANDEM_HD uint32_t h16(float v) { return uint32_t(__half_as_ushort(__float2half_rn(v))); }
 
 // Every other type whose rows decoder yields small exact values and a scale per 16 elements
-// (kExact false: Q6_K, IQ4_NL, IQ4_XS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M), through that decoder:
+// (kExact false: IQ4_NL, IQ4_XS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M; Q6_K's placement), through that decoder:
 // k-step j is half j of the 32-element unit (the decoders give one scale a half), pair h its group h
 // of 8 (at Q::off(j, h)), lane q its elements 2q, 2q + 1. Each lane decodes the whole unit and picks
 // its eight (4× the work of a lane-wise decoder): the prefill GEMM spends it once per 128 activation
@@ -169,7 +171,7 @@ struct MmaFromDec {
     half_regs<1>(un, q, t, w, s);
   }
 };
-// Q6_K lane-wise (the whole unit spills): lane q's elements 2q + 8m, 2q + 8m + 1 (m = 0 … 3) are two
+// Q6_K lane-wise (through its whole unit the GEMM spilled 288 bytes): lane q's elements 2q + 8m, 2q + 8m + 1 (m = 0 … 3) are two
 // bytes of ql (the nibble of r / 2) and of qh (bits 2r, 2r + 1) at offset 2q + 8m of the unit's runs;
 // MmaFromDec's placement, the decoder's values q − 32 and scales d·sc per 16.
 template <>
