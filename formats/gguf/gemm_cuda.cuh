@@ -78,38 +78,6 @@ struct GemmArgs {
   const int32_t* ntiles = nullptr;
 };
 
-// One group of one m16 × n8 tile: the A fragments wa (rows g) and wb (rows g + 8) with their scales
-// (per k-step where kScalePerStep) times the activations' hi and lo B fragments, folded into the
-// tile's four accumulators ac as the numbers above say.
-template <bool kScalePerStep>
-__device__ __forceinline__ void gemm_tile_step(float* ac, const uint32_t (&wa)[4], const uint32_t (&wb)[4],
-                                               const float (&sa)[2], const float (&sb)[2], const uint4& hi,
-                                               const uint4& lo) {
-  if constexpr (kScalePerStep) {
-#pragma unroll
-    for (int js = 0; js < 2; ++js) {
-      float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const uint32_t a0 = wa[2 * js], a1 = wb[2 * js], a2 = wa[2 * js + 1], a3 = wb[2 * js + 1];
-      cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
-      cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
-      ac[0] = fmaf(sa[js], t[0], ac[0]);
-      ac[1] = fmaf(sa[js], t[1], ac[1]);
-      ac[2] = fmaf(sb[js], t[2], ac[2]);
-      ac[3] = fmaf(sb[js], t[3], ac[3]);
-    }
-  } else {
-    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
-    ac[0] = fmaf(sa[0], t[0], ac[0]);
-    ac[1] = fmaf(sa[0], t[1], ac[1]);
-    ac[2] = fmaf(sb[0], t[2], ac[2]);
-    ac[3] = fmaf(sb[0], t[3], ac[3]);
-  }
-}
-
 // One group of a warp's 2 m16 × nt_active n8 tiles, shared by the block GEMM and the one-copy GEMM
 // (gemm_tc_cuda.cuh): each m16 tile's A fragments and scales times the staged activations of the
 // lane's first column at xg (hi, lo; the next n8 tile's column 8 · kGemmColBytes further).
@@ -123,7 +91,7 @@ __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) gemm_tile_step<kScalePerStep>(acc[mt][nt], wa[mt], wb[mt], sa[mt], sb[mt], hi, lo);
+    for (int mt = 0; mt < 2; ++mt) mma_tile_step<kScalePerStep>(acc[mt][nt], wa[mt], wb[mt], row_scales_of(sa[mt], sb[mt]).v, hi, lo);
   }
 }
 
@@ -142,7 +110,7 @@ __device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
     float* ac = ac8[nt];
-    gemm_tile_step<kScalePerStep>(ac, wa, wb, sa, sb, hi, lo);
+    mma_tile_step<kScalePerStep>(ac, wa, wb, row_scales_of(sa, sb).v, hi, lo);
     if constexpr (kMin) {
       float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.x, hi.y);

@@ -234,6 +234,45 @@ struct Mma<DecK45<kHigh5>> {
   }
 };
 
+// One group of one m16 × n8 tile: the A fragments wa (rows g) and wb (rows g + 8) times the
+// activations' hi and lo B fragments, on the tensor cores (exact products), then acc[i] = fma(s, t[i],
+// acc[i]) with s = sc[j][i] for k-step j (kScalePerStep; else sc[0][i] for the whole group): the
+// fold of the prefill GEMM (one scale a weight row) and of the GEMV (times each column's exponent).
+template <bool kScalePerStep>
+__device__ __forceinline__ void mma_tile_step(float* ac, const uint32_t (&wa)[4], const uint32_t (&wb)[4],
+                                              const float (&sc)[2][4], const uint4& hi, const uint4& lo) {
+  if constexpr (kScalePerStep) {
+#pragma unroll
+    for (int js = 0; js < 2; ++js) {
+      float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t a0 = wa[2 * js], a1 = wb[2 * js], a2 = wa[2 * js + 1], a3 = wb[2 * js + 1];
+      cuda::mma16816(t, a0, a1, a2, a3, js ? hi.z : hi.x, js ? hi.w : hi.y);
+      cuda::mma16816(t, a0, a1, a2, a3, js ? lo.z : lo.x, js ? lo.w : lo.y);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ac[i] = fmaf(sc[js][i], t[i], ac[i]);
+    }
+  } else {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
+    cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
+    cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ac[i] = fmaf(sc[0][i], t[i], ac[i]);
+  }
+}
+// The scales of mma_tile_step for weight rows g (sa) and g + 8 (sb), per k-step.
+struct TileScales {
+  float v[2][4];
+};
+__device__ __forceinline__ TileScales row_scales_of(const float (&sa)[2], const float (&sb)[2], float e0 = 1.0f,
+                                                    float e1 = 1.0f) {
+  TileScales s;
+#pragma unroll
+  for (int js = 0; js < 2; ++js) s.v[js][0] = sa[js] * e0, s.v[js][1] = sa[js] * e1, s.v[js][2] = sb[js] * e0, s.v[js][3] = sb[js] * e1;
+  return s;
+}
+
 template <class Q>
 __host__ __device__ constexpr int mma_chunk_bytes() {
   return kMmaChunk / Q::kElems * Q::kBytes;
@@ -397,30 +436,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_gemv_kernel(CudaMatmulArgs p,
             }
             const float e0 = c0 < nr ? xexp[gx * slots + c0] : 0.0f;
             const float e1 = c0 + 1 < nr ? xexp[gx * slots + c0 + 1] : 0.0f;
-            if constexpr (M::kScalePerStep) {
-#pragma unroll
-              for (int js = 0; js < 2; ++js) {
-                float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                const uint32_t bh0 = js ? hi.z : hi.x, bh1 = js ? hi.w : hi.y, bl0 = js ? lo.z : lo.x,
-                               bl1 = js ? lo.w : lo.y;
-                cuda::mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bh0, bh1);
-                cuda::mma16816(t, wa[2 * js], wb[2 * js], wa[2 * js + 1], wb[2 * js + 1], bl0, bl1);
-                acc[nt][0] = fmaf(sa[js] * e0, t[0], acc[nt][0]);
-                acc[nt][1] = fmaf(sa[js] * e1, t[1], acc[nt][1]);
-                acc[nt][2] = fmaf(sb[js] * e0, t[2], acc[nt][2]);
-                acc[nt][3] = fmaf(sb[js] * e1, t[3], acc[nt][3]);
-              }
-            } else {
-              float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], hi.x, hi.y);
-              cuda::mma16816(t, wa[0], wb[0], wa[1], wb[1], lo.x, lo.y);
-              cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], hi.z, hi.w);
-              cuda::mma16816(t, wa[2], wb[2], wa[3], wb[3], lo.z, lo.w);
-              acc[nt][0] = fmaf(sa[0] * e0, t[0], acc[nt][0]);
-              acc[nt][1] = fmaf(sa[0] * e1, t[1], acc[nt][1]);
-              acc[nt][2] = fmaf(sb[0] * e0, t[2], acc[nt][2]);
-              acc[nt][3] = fmaf(sb[0] * e1, t[3], acc[nt][3]);
-            }
+            mma_tile_step<M::kScalePerStep>(acc[nt], wa, wb, row_scales_of(sa, sb, e0, e1).v, hi, lo);
           }
         }
         __syncwarp();  // the slot is refilled by the next issue
