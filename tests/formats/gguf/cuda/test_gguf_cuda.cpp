@@ -21,11 +21,11 @@
 namespace tandem::gguf::test {
 namespace {
 
-// The opt-in tensor-core matmul (formats/gguf/mma_cuda.cuh) serves these types when
-// TANDEM_GGUF_MMA=1.
+// The opt-in tensor-core matmul (formats/gguf/mma_cuda.cuh) serves every block type but Q4_K/Q5_K
+// (their min has no GEMV form there) when TANDEM_GGUF_MMA=1.
 bool mma_matmul(const std::string& type) {
   const char* e = std::getenv("TANDEM_GGUF_MMA");
-  return e && std::string(e) == "1" && (type == "IQ2_XXS" || type == "NVFP4" || type == "Q8_0");
+  return e && std::string(e) == "1" && find_type(type)->block_elems > 1 && type != "Q4_K" && type != "Q5_K";
 }
 
 // The tensor-core decode/verify GEMV (formats/gguf/gemv_tc_cuda.cuh) serves dense matmuls of these
