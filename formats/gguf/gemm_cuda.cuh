@@ -18,6 +18,7 @@
 // (a gathered row equals its expert's GEMM row). They are not the decode GEMVs' bits (another order).
 #pragma once
 #include "formats/gguf/mma_cuda.cuh"
+#include "tandem/cuda/gather_plan.cuh"
 
 namespace tandem::gguf::kcuda {
 
@@ -28,7 +29,6 @@ constexpr int kGemmStep = 64;     // elements per pipeline step (two groups)
 constexpr int kGemmStages = 2;    // staged activation steps (cp.async ring)
 constexpr int kGemmColBytes = 2 * 128 + 16;  // one column's step (2 groups × 4 lane classes × hi|lo) + 16:
                                              // eight columns' 16-byte reads then hit distinct banks
-constexpr int kPlanWarps = 8;     // the gather plan's warps (its count table is kPlanWarps × experts)
 
 // Weights stream in chunks of whole blocks, at least one step long; a step is a part of a chunk.
 template <class Q>
@@ -60,9 +60,7 @@ inline size_t gemm_smem_bytes() {
 }
 // Bytes per split activation row: k rounded up to whole steps, 4 bytes (hi, lo) per element.
 inline int64_t gemm_xstride(int64_t k) { return (k + kGemmStep - 1) / kGemmStep * kGemmStep * 4; }
-inline int64_t gemm_max_tiles(int64_t items, int n_experts) {
-  return (items + kGemmBN - 1) / kGemmBN + std::min<int64_t>(n_experts, items);
-}
+inline int64_t gemm_max_tiles(int64_t items, int n_experts) { return cuda::plan_max_tiles(items, n_experts, kGemmBN); }
 
 struct GemmArgs {
   CudaMatmulArgs p;                  // weights, shape, y, scale, epilogue; the gather's fields
@@ -175,99 +173,6 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
   }
 }
 
-// The grouped gather's plan, one block: the valid items (ids in [0, n_experts)) sorted by expert,
-// ascending within each (a stable counting sort: each warp counts, then places, a contiguous segment
-// in order), and the tiles of up to kGemmBN items of one expert, experts ascending. Items with an id
-// out of range get NaN rows here (the GEMM never sees them). Shared memory: (kPlanWarps + 3) × E ints.
-// A template on the decoder only so that each instance lives in its type's file.
-template <class Q>
-__global__ void __launch_bounds__(kPlanWarps * 32) gather_plan_kernel(const int32_t* ids, int64_t n, int E,
-                                                                      int64_t m, float* y, int32_t* items,
-                                                                      int32_t* tile_e, int32_t* tile_start,
-                                                                      int32_t* tile_len, int32_t* ntiles) {
-  constexpr int T = kPlanWarps * 32;
-  extern __shared__ int plan_smem[];
-  int* cnt = plan_smem;          // [warp][e]: the warp's items of e, then the next slot for them
-  int* tot = cnt + kPlanWarps * E;
-  int* first = tot + E;          // first sorted slot of e
-  int* tfirst = first + E;       // first tile of e
-  __shared__ int part_rows[T], part_tiles[T];
-  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31;
-  for (int i = tid; i < kPlanWarps * E; i += T) cnt[i] = 0;
-  cuda::pdl_wait();
-  cuda::pdl_trigger();
-  __syncthreads();
-  const int64_t seg = (n + kPlanWarps - 1) / kPlanWarps, b = warp * seg, end = min(n, b + seg);
-  for (int64_t t0 = b; t0 < end; t0 += 32) {
-    const int64_t t = t0 + lane;
-    const int e = t < end ? ids[t] : -1;
-    const bool ok = e >= 0 && e < E;
-    const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
-    if (ok && lane == __ffs(same) - 1) cnt[warp * E + e] += __popc(same);
-    __syncwarp();
-  }
-  __syncthreads();
-  for (int e = tid; e < E; e += T) {
-    int run = 0;
-    for (int w = 0; w < kPlanWarps; ++w) {
-      const int c = cnt[w * E + e];
-      cnt[w * E + e] = run;
-      run += c;
-    }
-    tot[e] = run;
-  }
-  __syncthreads();
-  // Exclusive scans over e of the item and tile counts: a contiguous range of experts per thread.
-  const int per = (E + T - 1) / T, e0 = min(E, tid * per), e1 = min(E, e0 + per);
-  int sr = 0, st = 0;
-  for (int e = e0; e < e1; ++e) sr += tot[e], st += (tot[e] + kGemmBN - 1) / kGemmBN;
-  part_rows[tid] = sr, part_tiles[tid] = st;
-  __syncthreads();
-  if (tid == 0) {
-    int ar = 0, at = 0;
-    for (int i = 0; i < T; ++i) {
-      const int r = part_rows[i], tt = part_tiles[i];
-      part_rows[i] = ar, part_tiles[i] = at;
-      ar += r, at += tt;
-    }
-    *ntiles = at;
-  }
-  __syncthreads();
-  sr = part_rows[tid], st = part_tiles[tid];
-  for (int e = e0; e < e1; ++e) {
-    first[e] = sr, tfirst[e] = st;
-    sr += tot[e], st += (tot[e] + kGemmBN - 1) / kGemmBN;
-  }
-  __syncthreads();
-  for (int i = tid; i < kPlanWarps * E; i += T) cnt[i] += first[i % E];
-  __syncthreads();
-  for (int64_t t0 = b; t0 < end; t0 += 32) {
-    const int64_t t = t0 + lane;
-    const bool in = t < end;
-    const int e = in ? ids[t] : -1;
-    const bool ok = e >= 0 && e < E;
-    const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
-    if (ok) items[cnt[warp * E + e] + __popc(same & ((1u << lane) - 1u))] = int32_t(t);
-    __syncwarp();
-    if (ok && lane == __ffs(same) - 1) cnt[warp * E + e] += __popc(same);
-    unsigned bad = __ballot_sync(0xffffffffu, in && !ok);
-    while (bad) {
-      const int l = __ffs(bad) - 1;
-      bad &= bad - 1;
-      float* yr = y + (t0 + l) * m;
-      for (int64_t o = lane; o < m; o += 32) yr[o] = __int_as_float(0x7fc00000);
-    }
-    __syncwarp();
-  }
-  for (int e = tid; e < E; e += T) {
-    const int ne = (tot[e] + kGemmBN - 1) / kGemmBN;
-    for (int j = 0; j < ne; ++j) {
-      tile_e[tfirst[e] + j] = e;
-      tile_start[tfirst[e] + j] = first[e] + j * kGemmBN;
-      tile_len[tfirst[e] + j] = min(kGemmBN, tot[e] - j * kGemmBN);
-    }
-  }
-}
 
 // Block (x, y): weight rows 128·x .. +128 and activation tile y (the rows 128·y .. +128 of x; grouped:
 // tile y of the plan, up to 128 items of one expert). Warp (wm, wn) computes 32 weight rows × 64
@@ -480,13 +385,8 @@ void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
     int32_t* tile_start = tile_e + max_tiles;
     int32_t* tile_len = tile_start + max_tiles;
     int32_t* ntiles = reinterpret_cast<int32_t*>(ws + l.ntiles);
-    const size_t plan_smem = size_t(kPlanWarps + 3) * size_t(a.n_experts) * 4;
-    static const cudaError_t plan_attr =
-        cudaFuncSetAttribute(gather_plan_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(size_t(kPlanWarps + 3) * kCudaGatherGemmMaxExperts * 4));
-    cuda::check_cuda(plan_attr, "gguf gather plan: shared memory attribute");
-    cuda::launch(gather_plan_kernel<Q>, dim3(1), dim3(kPlanWarps * 32), plan_smem, s, "gguf gather plan", a.ids, a.n,
-                 a.n_experts, a.m, a.y, items, tile_e, tile_start, tile_len, ntiles);
+    cuda::launch_gather_plan<kGemmBN, Q>(a.ids, a.n, a.n_experts, kCudaGatherGemmMaxExperts, a.m, a.y, items, tile_e,
+                                         tile_start, tile_len, ntiles, s, "gguf gather plan");
     g.items = items, g.tile_e = tile_e, g.tile_start = tile_start, g.tile_len = tile_len, g.ntiles = ntiles;
     tiles_y = max_tiles;
   }
