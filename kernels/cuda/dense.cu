@@ -297,6 +297,9 @@ void launch_dense_matmul(WType t, const void* w, int64_t m, int64_t k, const flo
 void launch_dense_gather_matmul(WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x,
                                 const int32_t* ids, int per_x, int64_t rows, float* y, cudaStream_t stream) {
   if (rows == 0 || m == 0) return;
+  if (t != WType::F32 && !simt_only() && dense_tc::grouped_gather_enabled() && rows >= dense_tc::kGroupedMinItems &&
+      n_experts >= 1 && n_experts <= dense_tc::kGroupedMaxExperts && dense_tc::eligible(t, w, k))
+    return dense_tc::gather(t, w, n_experts, m, k, x, ids, per_x, rows, y, stream);
   switch (t) {
     case WType::BF16: return gather_typed<WType::BF16>(w, n_experts, m, k, x, ids, per_x, rows, y, stream);
     case WType::F16: return gather_typed<WType::F16>(w, n_experts, m, k, x, ids, per_x, rows, y, stream);

@@ -12,9 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "tandem/cuda/async_copy.cuh"
 #include "tandem/cuda/device_bits.cuh"
+#include "tandem/cuda/gather_plan.cuh"
+#include "tandem/cuda/stream_scratch.cuh"
 #include "tandem/cuda/tensor_core.cuh"
 
 namespace tandem::cuda::dense_tc {
@@ -275,21 +278,45 @@ struct Tiling {
   static_assert(kBm * 4 % kThreads == 0 && kBn * 8 % kThreads == 0, "whole 16-byte pieces a thread");
 };
 
-template <WType T, int WM, int WN, int MTW, int NTW, int ST>
+// The grouped gather's plan (tandem/cuda/gather_plan.cuh): G = true reads it, blockIdx.y is a tile.
+struct GroupedPlan {
+  const int32_t* items = nullptr;  // sorted items (row r of y = W[e] · x[r / per_x])
+  const int32_t* tile_e = nullptr;
+  const int32_t* tile_start = nullptr;
+  const int32_t* tile_len = nullptr;
+  const int32_t* ntiles = nullptr;
+  int per_x = 1;
+};
+
+// G (the grouped gather): the block's tile names an expert (w is expert 0 of E stacked [m, k]) and up
+// to BN sorted items; its x rows are items / per_x and its y rows the items. The weights then depend
+// on the plan the previous kernel wrote, so they are requested after the wait.
+template <WType T, int WM, int WN, int MTW, int NTW, int ST, bool G = false>
 __global__ void __launch_bounds__(WM* WN * 32, 1)
     gemm_tc(const typename Op<T>::E* __restrict__ w, int64_t m, int64_t k, const float* __restrict__ x, int64_t n,
-            bool xvec, float* __restrict__ y) {
+            bool xvec, float* __restrict__ y, GroupedPlan gp) {
   using Ti = Tiling<WM, WN, MTW, NTW, ST>;
   constexpr int BM = Ti::kBm, BN = Ti::kBn, NTH = Ti::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* const as = smem;
   unsigned char* const bs = smem + ST * Ti::kABytes;
   uint8_t* const ex = bs + ST * Ti::kBBytes;  // F16 only: [BN][chunks]
+  __shared__ int64_t col_x[G ? BN : 1], col_y[G ? BN : 1];
   const int tid = int(threadIdx.x), lane = tid & 31, wi = tid >> 5, wm = wi % WM, wn = wi / WM;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
+  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = G ? 0 : int64_t(blockIdx.y) * BN;
   const int64_t steps = (k + 15) / 16, nst = (k + kBk - 1) / kBk;
   const int64_t chunks = (steps + kStepsPerChunk - 1) / kStepsPerChunk;
+  // The block's x rows: local row i < rows_here is x row xr(i) and y row yr(i).
+  int64_t rows_here = G ? 0 : (n - n0 < BN ? n - n0 : int64_t(BN));
+  auto xr = [&](int i) -> int64_t {
+    if constexpr (G) return col_x[i];
+    else return n0 + i;
+  };
+  auto yr = [&](int i) -> int64_t {
+    if constexpr (G) return col_y[i];
+    else return n0 + i;
+  };
 
   auto load_a = [&](int64_t st) {
     unsigned char* dst = as + (st % ST) * Ti::kABytes;
@@ -309,32 +336,50 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
 #pragma unroll
     for (int i = 0; i < BN * 8 / NTH; ++i) {
       const int idx = tid + i * NTH, row = idx >> 3, c = idx & 7;
-      const int64_t gr = n0 + row, gk = k0 + c * 4;
-      const bool ok = gr < n && gk < k;
+      const int64_t gk = k0 + c * 4;
+      const bool ok = row < rows_here && gk < k;
+      const float* src = ok ? x + xr(row) * k + gk : x;
       unsigned char* d = dst + row * 128 + ((c ^ ((row & 1) << 2)) << 4);
       if (xvec) {
-        cp_async16_zfill(d, ok ? static_cast<const void*>(x + gr * k + gk) : static_cast<const void*>(x),
-                         ok ? 16u : 0u);
+        cp_async16_zfill(d, src, ok ? 16u : 0u);
       } else {
-        *reinterpret_cast<float4*>(d) = ok ? load_x4(x + gr * k + gk, false) : make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<float4*>(d) = ok ? load_x4(src, false) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
   };
 
-  // Weights first (they never depend on the previous kernel), then the wait, then x.
-  for (int s = 0; s < ST - 1; ++s)
-    if (s < nst) load_a(s);
-  cuda::pdl_wait();
-  cuda::pdl_trigger();
+  // Weights first (they never depend on the previous kernel), then the wait, then x. The grouped
+  // form learns its expert from the plan: the wait, the tile, then the weights.
+  if constexpr (!G) {
+    for (int s = 0; s < ST - 1; ++s)
+      if (s < nst) load_a(s);
+    cuda::pdl_wait();
+    cuda::pdl_trigger();
+  } else {
+    cuda::pdl_wait();
+    cuda::pdl_trigger();
+    const int tile = int(blockIdx.y);
+    if (tile >= *gp.ntiles) return;  // the whole block: fewer tiles than the grid was sized for
+    const int start = gp.tile_start[tile];
+    rows_here = gp.tile_len[tile];
+    w += int64_t(gp.tile_e[tile]) * m * k;
+    for (int c = tid; c < BN; c += NTH) {
+      const int64_t item = gp.items[start + min(c, int(rows_here) - 1)];
+      col_x[c] = item / gp.per_x, col_y[c] = item;
+    }
+    __syncthreads();
+    for (int s = 0; s < ST - 1; ++s)
+      if (s < nst) load_a(s);
+  }
   if constexpr (Op<T>::kScaled) {
     for (int64_t task = wi; task < int64_t(BN) * chunks; task += NTH / 32) {
       const int row = int(task / chunks);
-      const int64_t c = task % chunks, gr = n0 + row;
+      const int64_t c = task % chunks;
       float mx = 0.0f;
-      if (gr < n)
+      if (row < rows_here)
         for (int e = lane * 4; e < kChunk; e += 128) {
           const int64_t gk = c * kChunk + e;
-          if (gk < k) mx = fmaxf(mx, absmax4(load_x4(x + gr * k + gk, xvec)));
+          if (gk < k) mx = fmaxf(mx, absmax4(load_x4(x + xr(row) * k + gk, xvec)));
         }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -412,8 +457,8 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int64_t o = m0 + (wm * MTW + i) * 16 + g + (q >> 1) * 8;
-        const int64_t r = n0 + (wn * NTW + j) * 8 + 2 * t + (q & 1);
-        if (o < m && r < n) y[r * m + o] = tot[i][j][q];
+        const int rl = (wn * NTW + j) * 8 + 2 * t + (q & 1);
+        if (o < m && rl < rows_here) y[yr(rl) * m + o] = tot[i][j][q];
       }
 }
 
@@ -463,7 +508,39 @@ void launch_gemm(const typename Op<T>::E* w, int64_t m, int64_t k, const float* 
   opt_in_smem<kernel>();
   const dim3 grid(unsigned(ceil_div(m, Ti::kBm)), unsigned(ceil_div(n, Ti::kBn)));
   check(ceil_div(n, Ti::kBn) <= 65535, "matmul (cuda): ", n, " rows exceed one launch");
-  cuda::launch(kernel, grid, dim3(Ti::kThreads), smem, s, "dense matmul (tensor-core gemm)", w, m, k, x, n, xvec, y);
+  cuda::launch(kernel, grid, dim3(Ti::kThreads), smem, s, "dense matmul (tensor-core gemm)", w, m, k, x, n, xvec, y,
+               GroupedPlan{});
+}
+
+// The grouped gather on the 128 × 128 tiling: the plan (items sorted by expert, tiles of ≤ 128 items)
+// in stream-ordered scratch, then one launch over (m tiles) × (the most tiles the plan can have).
+template <WType T>
+void launch_gather(const typename Op<T>::E* w, int n_experts, int64_t m, int64_t k, const float* x,
+                   const int32_t* ids, int per_x, int64_t rows, float* y, cudaStream_t s) {
+  using Ti = Tiling<4, 2, 2, 8, 4>;
+  const int64_t max_tiles = plan_max_tiles(rows, n_experts, Ti::kBn);
+  check(max_tiles <= 65535, "gather_matmul (cuda): ", rows, " items need up to ", max_tiles, " tiles, expected ≤ 65535");
+  const int64_t chunks = ceil_div(ceil_div(k, 16), kStepsPerChunk);
+  const size_t items_bytes = (size_t(rows) * 4 + 255) / 256 * 256, tiles_bytes = (size_t(max_tiles) * 12 + 255) / 256 * 256;
+  StreamScratch ws(items_bytes + tiles_bytes + 256, 0, "gather_matmul (cuda): allocate the plan");
+  char* base = static_cast<char*>(ws.get());
+  GroupedPlan gp;
+  int32_t* items = reinterpret_cast<int32_t*>(base);
+  int32_t* tile_e = reinterpret_cast<int32_t*>(base + items_bytes);
+  int32_t* tile_start = tile_e + max_tiles;
+  int32_t* tile_len = tile_start + max_tiles;
+  int32_t* ntiles = reinterpret_cast<int32_t*>(base + items_bytes + tiles_bytes);
+  launch_gather_plan<Ti::kBn, Op<T>>(ids, rows, n_experts, kGroupedMaxExperts, m, y, items, tile_e, tile_start,
+                                     tile_len, ntiles, s, "dense gather plan");
+  gp.items = items, gp.tile_e = tile_e, gp.tile_start = tile_start, gp.tile_len = tile_len, gp.ntiles = ntiles;
+  gp.per_x = per_x;
+  const size_t smem = Ti::kTileBytes + (Op<T>::kScaled ? size_t(Ti::kBn) * size_t(chunks) : 0);
+  constexpr auto kernel = gemm_tc<T, 4, 2, 2, 8, 4, true>;
+  opt_in_smem<kernel>();
+  const bool xvec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const dim3 grid(unsigned(ceil_div(m, int64_t(Ti::kBm))), unsigned(max_tiles));
+  cuda::launch(kernel, grid, dim3(Ti::kThreads), smem, s, "dense gather_matmul (tensor-core grouped gemm)", w, m, k, x,
+               rows, xvec, y, gp);
 }
 
 // The selectable kernel choices (TANDEM_DENSE_TC_VARIANT, set_dense_tc_variant): the GEMV's x path
@@ -570,6 +647,25 @@ void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_
   return matmul_typed<WType::F16>(w, m, k, x, n, y, stream);
 }
 
+std::atomic<bool>& grouped_slot() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TANDEM_CUDA_DENSE_GROUPED");
+    const std::string v = e ? e : "";
+    check(v.empty() || v == "0" || v == "1", "TANDEM_CUDA_DENSE_GROUPED: expected 0 or 1, found \"", v, "\"");
+    return v == "1";
+  }()};
+  return on;
+}
+bool grouped_gather_enabled() { return grouped_slot().load(std::memory_order_relaxed); }
+
+void gather(WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x, const int32_t* ids, int per_x,
+            int64_t rows, float* y, cudaStream_t stream) {
+  if (t == WType::BF16)
+    return launch_gather<WType::BF16>(static_cast<const __nv_bfloat16*>(w), n_experts, m, k, x, ids, per_x, rows, y,
+                                      stream);
+  launch_gather<WType::F16>(static_cast<const __half*>(w), n_experts, m, k, x, ids, per_x, rows, y, stream);
+}
+
 }  // namespace tandem::cuda::dense_tc
 
 namespace tandem::cuda {
@@ -579,6 +675,8 @@ const char* dense_tc_variant_name(int i) {
   return i >= 0 && i < dense_tc::kVariantCount ? dense_tc::kVariants[i].name : nullptr;
 }
 const char* dense_tc_variant() { return dense_tc::kVariants[dense_tc::variant_slot().load()].name; }
+bool dense_grouped_gather() { return dense_tc::grouped_gather_enabled(); }
+void set_dense_grouped_gather(bool on) { dense_tc::grouped_slot().store(on); }
 void set_dense_tc_variant(const char* name) {
   const int i = dense_tc::variant_by_name(name);
   check(i >= 0, "dense tc variant: expected one of base, x8, x16, m32, x8m32, x16m32, found \"", name, "\"");
