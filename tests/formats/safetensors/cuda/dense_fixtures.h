@@ -43,6 +43,21 @@ inline Stored make_weight(const std::string& dtype, int64_t m, int64_t k, uint64
   return s;
 }
 
+// E random experts [m, k] of one dtype ("e0", "e1", …; seeds from `seed`, which advances) and the
+// RawTensor views load_dense_experts_cuda takes. Not copied or moved: the views point into `stored`.
+struct Experts {
+  Experts(const std::string& dtype, int E, int64_t m, int64_t k, uint64_t& seed) {
+    for (int e = 0; e < E; ++e) stored.push_back(make_weight(dtype, m, k, seed++, "e" + std::to_string(e)));
+    for (auto& st : stored) raws.push_back(st.raw());
+    for (auto& r : raws) ptrs.push_back(&r);
+  }
+  Experts(const Experts&) = delete;
+  Experts& operator=(const Experts&) = delete;
+  std::vector<Stored> stored;
+  std::vector<RawTensor> raws;
+  std::vector<const RawTensor*> ptrs;
+};
+
 // Largest |got − want| / Σ_j |x_j·w_j| over the outputs: the error relative to the dot product's
 // own magnitude, which bounds any summation order's rounding.
 inline double dot_rel_err(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& x,

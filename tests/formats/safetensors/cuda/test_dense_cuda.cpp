@@ -118,13 +118,9 @@ TEST_F(DenseCuda, GatherMatmulMatchesPerExpertCpu) {
   uint64_t seed = 1000;
   for (const char* dtype : {"BF16", "F32"})
     for (Shape s : {Shape{48, 64}, Shape{24, 33}}) {
-      std::vector<Stored> stored;
-      std::vector<const RawTensor*> raws;
-      std::vector<RawTensor> raw_store;
-      for (int e = 0; e < E; ++e) stored.push_back(make_weight(dtype, s.m, s.k, seed++, "e" + std::to_string(e)));
-      for (auto& st : stored) raw_store.push_back(st.raw());
-      for (auto& r : raw_store) raws.push_back(&r);
-      auto set = load_dense_experts_cuda(raws, *be);
+      const Experts ex(dtype, E, s.m, s.k, seed);
+      const std::vector<RawTensor>& raw_store = ex.raws;
+      auto set = load_dense_experts_cuda(ex.ptrs, *be);
       EXPECT_EQ(set->n_experts(), E);
       EXPECT_EQ(set->rows(), s.m);
       EXPECT_EQ(set->cols(), s.k);

@@ -244,13 +244,9 @@ TEST_F(DenseTcCuda, GroupedGatherHasEachExpertsMatmulBits) {
   uint64_t seed = 9100;
   for (const char* dtype : {"BF16", "F16"})
     for (Shape s : {Shape{300, 1024}, Shape{77, 4112}}) {
-      std::vector<Stored> stored;
-      std::vector<RawTensor> raw_store;
-      std::vector<const RawTensor*> raws;
-      for (int e = 0; e < E; ++e) stored.push_back(make_weight(dtype, s.m, s.k, seed++, "e" + std::to_string(e)));
-      for (auto& st : stored) raw_store.push_back(st.raw());
-      for (auto& r : raw_store) raws.push_back(&r);
-      auto set = load_dense_experts_cuda(raws, *be);
+      const Experts ex(dtype, E, s.m, s.k, seed);
+      const std::vector<RawTensor>& raw_store = ex.raws;
+      auto set = load_dense_experts_cuda(ex.ptrs, *be);
       for (int variant = 0; variant < 2; ++variant) {
         const int per_x = variant == 0 ? 4 : 1;
         const int64_t nx = variant == 0 ? 160 : 640, rows = nx * per_x;
