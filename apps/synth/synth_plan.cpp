@@ -28,18 +28,19 @@ std::string gguf_type(Role role, int64_t row_len, const Writer& writer, const st
       if (fits(t)) return std::string(t);
     return std::string("F16");
   };
-  if (!base.empty() && role != Role::Embedding && role != Role::Head && role != Role::Norm &&
-      role != Role::MambaVector && role != Role::Router && role != Role::RouterBias)
-    return first_fit({base.c_str(), "Q8_0"});
+  // A linear past the embedding and head: the 2-bit mix's types, or gguf-TYPE's one (then Q8_0).
+  auto linear = [&](std::initializer_list<const char*> iq2) {
+    return base.empty() ? first_fit(iq2) : first_fit({base.c_str(), "Q8_0"});
+  };
   switch (role) {
     case Role::Routed:
-    case Role::Shared: return first_fit({"IQ2_XXS", "IQ4_NL", "Q8_0"});
-    case Role::MambaProj: return first_fit({"NVFP4", "Q8_0"});
-    case Role::Embedding:
-    case Role::Head:
+    case Role::Shared: return linear({"IQ2_XXS", "IQ4_NL", "Q8_0"});
+    case Role::MambaProj: return linear({"NVFP4", "Q8_0"});
     case Role::Attention:
     case Role::Latent:
-    case Role::Mlp: return first_fit({"Q8_0"});
+    case Role::Mlp: return linear({"Q8_0"});
+    case Role::Embedding:
+    case Role::Head: return first_fit({"Q8_0"});
     case Role::Norm:
     case Role::MambaVector:
     case Role::Router:
@@ -261,19 +262,25 @@ const char* const kGgufMixTypes[] = {"Q8_0",   "Q6_K",   "Q5_K",  "Q4_K",    "IQ
                                      "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "NVFP4"};
 const int kGgufMixTypeCount = int(std::size(kGgufMixTypes));
 
+namespace {
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+}  // namespace
+
+std::string mix_label(const MixSpec& m) { return m.mix == Mix::GgufType ? "gguf-" + lower(m.gguf_type) : mix_name(m.mix); }
+
 MixSpec parse_mix(const std::string& name) {
-  std::string low = name;
-  for (char& ch : low) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string low = lower(name);
   MixSpec m;
-  m.name = low;
   if (low == "gguf-iq2") return m.mix = Mix::GgufIq2, m;
   if (low == "bf16") return m.mix = Mix::Bf16, m;
   if (low == "exl3-2") return m.mix = Mix::Exl3_2, m;
   if (low == "nvfp4") return m.mix = Mix::Nvfp4, m;
   std::string types;
   for (const char* t : kGgufMixTypes) {
-    std::string tl = t;
-    for (char& ch : tl) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string tl = lower(t);
     if (low == "gguf-" + tl) return m.mix = Mix::GgufType, m.gguf_type = t, m;
     types += (types.empty() ? "" : ", ") + tl;
   }
@@ -327,19 +334,18 @@ Plan make_plan(const ModelDesc& desc, Mix mix, PluginRegistry* registry) {
   check(mix != Mix::GgufType, "synth: a gguf-TYPE mix needs its type (make_plan with a MixSpec)");
   MixSpec m;
   m.mix = mix;
-  m.name = mix_name(mix);
   return make_plan(desc, m, registry);
 }
 
 Plan make_plan(const ModelDesc& desc, const MixSpec& spec, PluginRegistry* registry) {
   const Mix mix = spec.mix;
-  check((mix == Mix::GgufType) == !spec.gguf_type.empty(), "synth: mix '", spec.name,
+  check((mix == Mix::GgufType) == !spec.gguf_type.empty(), "synth: mix '", mix_label(spec),
         "': a block type goes with gguf-TYPE mixes only");
   Plan p;
   p.desc = desc;
   p.mix = mix;
   p.gguf_type = spec.gguf_type;
-  p.mix_label = spec.name.empty() ? mix_name(mix) : spec.name;
+  p.mix_label = mix_label(spec);
   p.writer = find_writer(mix_writer(mix), registry);
   const Writer& writer = *p.writer;
   p.weights = Planner(desc).weights();

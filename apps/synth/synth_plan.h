@@ -43,8 +43,8 @@ enum class Mix { GgufIq2, Bf16, Exl3_2, Nvfp4, GgufType };
 struct MixSpec {
   Mix mix = Mix::GgufIq2;
   std::string gguf_type;
-  std::string name;  // as given, lower case: "gguf-iq2", "gguf-q4_k"
 };
+std::string mix_label(const MixSpec& mix);  // its name, lower case: "gguf-iq2", "gguf-q4_k"
 // "gguf-iq2", "bf16", "exl3-2", "nvfp4" or "gguf-TYPE" with TYPE one of kGgufMixTypes (any case);
 // errors list the names.
 MixSpec parse_mix(const std::string& name);

@@ -89,6 +89,11 @@ bool random_block(int type, Rng& r, uint8_t* b, int block_bytes, float d) {
   switch (type) {
     case 8:   // Q8_0: d, qs[32]
     case 16:  // IQ2_XXS: d, qs (grid indices, signs and 4-bit sub-scales: every bit pattern is valid)
+    case 17:  // IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ4_XS: d first, then bits that are all valid
+    case 18:
+    case 21:
+    case 22:
+    case 23:
     case 20: {  // IQ4_NL: d, qs
       random_bytes(r, b, size_t(block_bytes));
       const uint16_t h = f32_to_f16(d);
@@ -99,16 +104,6 @@ bool random_block(int type, Rng& r, uint8_t* b, int block_bytes, float d) {
       random_bytes(r, b, size_t(block_bytes));
       for (int s = 0; s < 4; ++s) b[s] = uint8_t(kFp4ScaleLo + r.next() % kFp4ScaleSpan);
       return true;
-    case 17:  // IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ4_XS: d first, then bits that are all valid
-    case 18:
-    case 21:
-    case 22:
-    case 23: {
-      random_bytes(r, b, size_t(block_bytes));
-      const uint16_t h = f32_to_f16(d);
-      std::memcpy(b, &h, 2);
-      return true;
-    }
     case 12:    // Q4_K / Q5_K: d, dmin, 6-bit scales and mins, quants. w = d·sc·q − dmin·m with sc, m,
     case 13: {  // q uniform: dmin = q̄·d (7.5 or 15.5) centres the values on zero.
       random_bytes(r, b, size_t(block_bytes));

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "tandem/cuda/util.h"
+
 namespace tandem::gguf {
 
 // y = W·x (or the expert gather) straight from the file's blocks. Batch invariance: up to 16 rows
@@ -62,8 +64,8 @@ struct CudaRowsArgs {
 // kCudaGatherGemmMaxExperts experts run on `gemm` where the type has one; decode and verify keep the
 // GEMVs and their bits.
 constexpr int64_t kCudaGemmMinRows = 17;
-constexpr int64_t kCudaGatherGemmMinItems = 16 * 32 + 1;
-constexpr int kCudaGatherGemmMaxExperts = 2048;
+constexpr int64_t kCudaGatherGemmMinItems = cuda::kGroupedGatherMinItems;
+constexpr int kCudaGatherGemmMaxExperts = cuda::kGroupedGatherMaxExperts;
 
 struct CudaQuantOps {
   const char* name;

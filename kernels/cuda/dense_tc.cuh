@@ -47,8 +47,8 @@ void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_
 // (tandem/cuda/gather_plan.cuh) and one 128 × 128 tensor-core GEMM launch over every expert's tiles:
 // each row has its expert's matmul bits (the order contract above). An id outside [0, E) gives a NaN
 // row. Below the threshold (decode, verify) the SIMT gather keeps its bits.
-constexpr int64_t kGroupedMinItems = 16 * 32 + 1;
-constexpr int kGroupedMaxExperts = 2048;
+constexpr int64_t kGroupedMinItems = kGroupedGatherMinItems;  // tandem/cuda/util.h
+constexpr int kGroupedMaxExperts = kGroupedGatherMaxExperts;
 bool grouped_gather_enabled();
 void gather(WType t, const void* w, int n_experts, int64_t m, int64_t k, const float* x, const int32_t* ids, int per_x,
             int64_t rows, float* y, cudaStream_t stream);

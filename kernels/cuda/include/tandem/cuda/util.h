@@ -3,7 +3,16 @@
 // Owner: n/a. Thread: any. Sync: none.
 #pragma once
 
+#include <cstdint>
+
 namespace tandem::cuda {
+
+// Grouped expert gathers (the GGUF prefill GEMM's, the dense tensor-core one): gathers of at least
+// this many items — more than a verify pass of 16 tokens × 32 experts has — over at most this many
+// experts (the gather plan's shared-memory table, tandem/cuda/gather_plan.cuh) take the grouped GEMM;
+// decode and verify keep the GEMVs and their bits.
+constexpr int64_t kGroupedGatherMinItems = 16 * 32 + 1;
+constexpr int kGroupedGatherMaxExperts = 2048;
 
 // CUDA devices visible to this process; 0 when there is no driver or no device (CI), never throws.
 int device_count();
