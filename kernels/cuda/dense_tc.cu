@@ -652,7 +652,7 @@ std::atomic<bool>& grouped_slot() {
     const char* e = std::getenv("TANDEM_CUDA_DENSE_GROUPED");
     const std::string v = e ? e : "";
     check(v.empty() || v == "0" || v == "1", "TANDEM_CUDA_DENSE_GROUPED: expected 0 or 1, found \"", v, "\"");
-    return v == "1";
+    return v != "0";
   }()};
   return on;
 }

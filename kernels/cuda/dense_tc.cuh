@@ -41,8 +41,8 @@ bool eligible(WType t, const void* w, int64_t k);
 // y[n, m] = x[n, k] · W[m, k]ᵀ for an eligible weight; x needs no alignment.
 void matmul(WType t, const void* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, cudaStream_t stream);
 
-// The grouped expert gather (experiment, TANDEM_CUDA_DENSE_GROUPED=1; another value than 0 or 1 fails
-// naming it): y[r] = W[ids[r]] · x[r / per_x] for gathers of at least kGroupedMinItems items over at
+// The grouped expert gather (the default; TANDEM_CUDA_DENSE_GROUPED=0 turns it off, another value than 0
+// or 1 fails naming it): y[r] = W[ids[r]] · x[r / per_x] for gathers of at least kGroupedMinItems items over at
 // most kGroupedMaxExperts eligible stacked [m, k] experts, the items sorted by expert on the device
 // (tandem/cuda/gather_plan.cuh) and one 128 × 128 tensor-core GEMM launch over every expert's tiles:
 // each row has its expert's matmul bits (the order contract above). An id outside [0, E) gives a NaN

@@ -154,7 +154,8 @@ void prefill_row(const char* what, const Result& r, int64_t m, int64_t k, int64_
 
 void bench_prefill(cuda::CudaBackend& be) {
   std::printf("-- prefill: tensor-core GEMM and grouped gathers (512 tokens) --\n");
-  for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0"}) {
+  for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S",
+                        "IQ2_XS", "IQ2_S", "IQ1_M"}) {
     for (int64_t n : {64, 512}) {
       const std::string name = std::string(t) + " in_proj [18560, 4096] n=" + std::to_string(n);
       prefill_row(name.c_str(), bench_matmul(be, t, 18560, 4096, n), 18560, 4096, n);

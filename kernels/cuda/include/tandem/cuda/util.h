@@ -30,9 +30,9 @@ const char* dense_tc_variant_name(int i);  // nullptr outside [0, dense_tc_varia
 const char* dense_tc_variant();            // the current one
 void set_dense_tc_variant(const char* name);
 
-// The BF16/F16 grouped expert gather on the tensor cores (an experiment, off by default: not yet run
-// on a GPU): TANDEM_CUDA_DENSE_GROUPED=1 at start, or set for the process by tests and the bench
-// between calls (kernels/cuda/dense_tc.cuh).
+// The BF16/F16 grouped expert gather on the tensor cores (on by default: 13.8× the SIMT gather's
+// prefill on nano bf16, docs/benchmarks.md): TANDEM_CUDA_DENSE_GROUPED=0 at start turns it off, or
+// tests and the bench set it for the process between calls (kernels/cuda/dense_tc.cuh).
 bool dense_grouped_gather();
 void set_dense_grouped_gather(bool on);
 
