@@ -438,7 +438,7 @@ const CommandSpec& bench_spec() {
           {"prefill", "N,N,...", "prefill lengths timed (default 512,8192,32768)"},
           {"prefill-budget", "S", "seconds the prefill sizes may take in all"},
           {"prefill-chunk", "N", "prompt tokens per prefill step (serve's)"},
-          {"profile-layers", "", "time every layer kind"},
+          {"profile-layers", "", "time every layer kind (with --concurrent: also each batched step's)"},
           {"no-profile", "", "skip the per-layer profile"},
           {"profile-steps", "N", "decode steps the profile times"},
           {"draft", "SET[:SET...]", "drafted decode of the same prompt per SET (NAME[,NAME...])"},
@@ -606,7 +606,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // Several streams at once, through the server's batched step.
   if (!stream_counts.empty())
     r.concurrent = bench_concurrent(*model, stream_counts, r.prompt_tokens, r.decode_tokens, p.context,
-                                    int(r.prefill_chunk), seed);
+                                    int(r.prefill_chunk), seed,
+                                    a.flag("profile-layers") ? int(a.integer("profile-steps", 32)) : 0);
 
   // Prefill, shortest first; a size whose time, extrapolated from the last one, would pass the budget
   // is skipped.

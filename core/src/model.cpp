@@ -622,11 +622,14 @@ void Model::forward_batch(const std::vector<BatchPass>& passes) {
         " passes, at most ", batch_max_rows, " (Model::batch_max_rows)");
   std::vector<int64_t> head_off;
   const Tensor lg = queue_passes(passes, ForwardMode::Verify, head_off);
-  std::vector<float> all(size_t(lg.numel()));
-  backend_->download(all.data(), lg.data, lg.nbytes());
-  const size_t V = size_t(desc_.vocab);
-  for (size_t b = 0; b < passes.size(); ++b)
-    passes[b].logits->assign(all.begin() + long(size_t(head_off[b]) * V), all.begin() + long(size_t(head_off[b + 1]) * V));
+  // Each pass's rows straight into its vector (sized once by the caller's first step, then reused):
+  // no staging copy of the whole batch's logits.
+  for (size_t b = 0; b < passes.size(); ++b) {
+    const int64_t r = head_off[b + 1] - head_off[b];
+    std::vector<float>& dst = *passes[b].logits;
+    dst.resize(size_t(r * desc_.vocab));
+    backend_->download(dst.data(), lg.slice_rows(head_off[b], r).data, dst.size() * sizeof(float));
+  }
 }
 
 int64_t Model::passes() const { return impl_->passes; }

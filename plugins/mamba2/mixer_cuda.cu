@@ -106,7 +106,8 @@ Mamba2CudaMixer::Mamba2CudaMixer(const MambaDesc& desc, int hidden, WeightLoader
   w_.d = upload(h.d);
   w_.a = upload(h.a);
   w_.norm = upload(h.norm);
-  norm_counters_ = backend.alloc(size_t(dm_.G) * sizeof(unsigned));  // zeroed, as the kernel leaves them
+  // G per pass of a batched launch; zeroed, as the kernel leaves them.
+  norm_counters_ = backend.alloc(size_t(dm_.G) * kVerifyBatchMax * sizeof(unsigned));
   fused_verify_ = !cuda::env_is_one("TANDEM_MAMBA2_UNFUSED_VERIFY");
 }
 
@@ -193,7 +194,8 @@ void Mamba2CudaMixer::forward_batch(const Tensor& x, const Tensor& out, const st
 }
 
 // in_proj and out_proj on all rows of the B passes at once; everything between them per pass, on its
-// rows of the shared scratch and its own state: the kernels a pass of that sequence alone launches.
+// rows of the shared scratch and its own state: the kernels a pass of that sequence alone launches,
+// except that the fused verify kernels of all passes go out as one batched launch.
 void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const* states, const ForwardInfo* infos,
                           size_t B) {
   int64_t n_all = 0;
@@ -214,6 +216,13 @@ void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const*
     const bool verify_all = std::all_of(infos, infos + B, [](const ForwardInfo& i) { return i.mode == ForwardMode::Verify; });
     float* z_all = verify_all && fused_verify_ ? nullptr : ar.z.get(be, n_all * d_in);
 
+    // The fused passes go into batched launches (one per kVerifyBatchMax sequences), each pass with
+    // its own group counters.
+    VerifyBatch batch;
+    auto flush = [&] {
+      launch_verify_fused(dm_, batch, stream());
+      batch.count = 0;
+    };
     int64_t r0 = 0;
     for (size_t b = 0; b < B; ++b) {
       Mamba2CudaState& st = *sts[b];
@@ -230,7 +239,8 @@ void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const*
       const int* sel = static_cast<const int*>(st.sel_->data());
 
       if (verify && fused_verify_) {
-        // Everything between the two matmuls in one kernel (scan_cuda.cuh: launch_verify_fused).
+        // Everything between the two matmuls in one kernel, one launch for every sequence of the batch
+        // (scan_cuda.cuh: launch_verify_fused).
         VerifyPass vp;
         vp.proj = proj, vp.n = n;
         vp.conv_w = f32(w_.conv_w), vp.conv_b = f32(w_.conv_b), vp.dt_bias = f32(w_.dt_bias);
@@ -242,8 +252,9 @@ void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const*
         vp.dt_log = grow(st.dt_log_, be, int64_t(n) * dm_.nh);
         vp.y = y;
         vp.out = normed;
-        vp.counters = static_cast<unsigned*>(norm_counters_->data());
-        launch_verify_fused(dm_, vp, stream());
+        vp.counters = static_cast<unsigned*>(norm_counters_->data()) + int64_t(batch.count) * dm_.G;
+        batch.pass[batch.count++] = vp;
+        if (batch.count == kVerifyBatchMax) flush();
         continue;
       }
       // Δ in fp32. The HF clamp applies only to prefill and only when asked (spec § 3.3).
@@ -280,6 +291,7 @@ void Mamba2CudaMixer::run(const Tensor& x, const Tensor& out, LayerState* const*
       be.gated_rms_norm(Tensor::f32(y, n, d_in), Tensor::f32(z, n, d_in), f32(w_.norm), dm_.G, desc_.eps,
                         Tensor::f32(normed, n, d_in));
     }
+    if (batch.count > 0) flush();
     w_.out_proj->matmul(Tensor::f32(normed_all, n_all, d_in), out);
     if (w_.out_bias) launch_add_bias(out.f32(), n_all, hidden_, f32(w_.out_bias), stream());
   }

@@ -79,8 +79,9 @@ class Mamba2CudaMixer : public Mixer {
   std::unique_ptr<LayerState> snapshot(const LayerState& state, int64_t pos) const override;
   void restore(const LayerState& snapshot, LayerState& state, int64_t pos) const override;
 
-  // Verify passes of several sequences: in_proj and out_proj once on all rows, the kernels between
-  // them per sequence (Mixer::forward_batch).
+  // Verify passes of several sequences: in_proj and out_proj once on all rows, the fused kernel between
+  // them once for all sequences (grid z = sequence; each sequence's blocks as in its own pass), the
+  // unfused kernels per sequence (Mixer::forward_batch).
   void forward_batch(const Tensor& x, const Tensor& out, const std::vector<LayerState*>& states,
                      const std::vector<ForwardInfo>& infos) override;
 

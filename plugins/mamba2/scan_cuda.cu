@@ -182,7 +182,9 @@ __device__ __forceinline__ float gated_d(const float* y, const float* z, int64_t
 // the log. Every block of group g computes the conv of B and C itself (2N columns, K taps each).
 // All __syncthreads sit outside data-dependent branches: loop bounds and `last` are block-uniform.
 template <int NR>
-__global__ void __launch_bounds__(kVerifyThreads, 2) verify_fused_kernel(VerifyLayout L, VerifyPass v) {
+__global__ void __launch_bounds__(kVerifyThreads, 2)
+    verify_fused_kernel(VerifyLayout L, const __grid_constant__ VerifyBatch batch) {
+  const VerifyPass& v = batch.pass[blockIdx.z];  // read in place from the parameter space
   extern __shared__ float smem[];
   float* xs = smem;                                  // [tile][kVerifyRows]
   float* bs = xs + kVerifyTile * kVerifyRows;        // [tile][N]
@@ -432,18 +434,34 @@ void launch_scan_steps(const Dims& dm, const ScanInput& in, const float* a, cons
 }
 
 void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream) {
+  VerifyBatch b;
+  b.pass[0] = v;
+  b.count = 1;
+  launch_verify_fused(dm, b, stream);
+}
+
+void launch_verify_fused(const Dims& dm, const VerifyBatch& batch, cudaStream_t stream) {
   check(dm.N <= kMaxState, "mamba2 (cuda): state_size ", dm.N, " exceeds the kernels' limit ", kMaxState);
   check(ceil_div(dm.P, kVerifyRows) <= 65535, "mamba2 (cuda): head_dim ", dm.P, " exceeds one verify launch");
   check(dm.G > 0 && dm.nh % dm.G == 0 && dm.d_in == int64_t(dm.nh) * dm.P, "mamba2 verify_fused: ", dm.nh,
         " heads of ", dm.P, " do not split into ", dm.G, " groups of d_inner ", dm.d_in);
-  check(v.y != v.out, "mamba2 verify_fused: out must not alias y");
-  if (v.n == 0) return;
+  check(batch.count >= 0 && batch.count <= kVerifyBatchMax, "mamba2 verify_fused: ", batch.count,
+        " passes in one launch, at most ", kVerifyBatchMax);
+  for (int b = 0; b < batch.count; ++b) {
+    const VerifyPass& v = batch.pass[b];
+    check(v.n > 0, "mamba2 verify_fused: pass ", b, " of the batch has ", v.n, " rows, expected at least 1");
+    check(v.y != v.out, "mamba2 verify_fused: out must not alias y");
+    for (int c = 0; c < b; ++c)
+      check(batch.pass[c].counters != v.counters, "mamba2 verify_fused: passes ", c, " and ", b,
+            " of the batch share their counters");
+  }
+  if (batch.count == 0) return;
   const VerifyLayout L{dm.nh, dm.P, dm.G, dm.N, dm.K, dm.heads_per_group(), dm.d_in, dm.conv_dim, dm.rows,
                        dm.d_in / dm.G};
-  const dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kVerifyRows)));
+  const dim3 grid(unsigned(dm.nh), unsigned(ceil_div(dm.P, kVerifyRows)), unsigned(batch.count));
   const size_t smem = verify_smem_floats(dm.N) * sizeof(float);  // ≤ 34 KiB at N = 256: no opt-in
   auto go = [&](auto kernel) {
-    cuda::launch(kernel, grid, dim3(kVerifyThreads), smem, stream, "mamba2 verify_fused", L, v);
+    cuda::launch(kernel, grid, dim3(kVerifyThreads), smem, stream, "mamba2 verify_fused", L, batch);
   };
   if (dm.N <= 32) go(verify_fused_kernel<1>);
   else if (dm.N <= 64) go(verify_fused_kernel<2>);

@@ -103,6 +103,15 @@ struct VerifyPass {
   unsigned* counters = nullptr;  // [G], zero before the first launch; every launch leaves them zero
 };
 void launch_verify_fused(const Dims& dm, const VerifyPass& v, cudaStream_t stream);
+// The verify passes of several sequences (a forward_batch) in one launch: pass b runs on the blocks of
+// blockIdx.z = b, each doing what launch_verify_fused does for that pass alone (the same bits), so a
+// batch of B sequences costs one launch a layer instead of B. Each pass needs its own counters.
+constexpr int kVerifyBatchMax = 16;
+struct VerifyBatch {
+  VerifyPass pass[kVerifyBatchMax];
+  int count = 0;
+};
+void launch_verify_fused(const Dims& dm, const VerifyBatch& b, cudaStream_t stream);
 
 // scan_chunked (s_out must not alias s_in) with `workspace` of scan_chunked_workspace_bytes(dm, n), on
 // tensor cores in 3xTF32 (ssd_cuda.cu). Its chunks are ssd_chunk_len(dm.Q) tokens: the largest divisor

@@ -2,7 +2,8 @@
 // shapes, verify, commit), and the GPU's own bit-exactness: a verify pass of n tokens gives the bits
 // of n single steps, and commit(n) leaves the state those steps leave. The fused verify kernel
 // (launch_verify_fused) is also held to the bits of the separate kernels it replaces
-// (TANDEM_MAMBA2_UNFUSED_VERIFY=1) at small, odd and Bolt-sized dims, and to graph replay after commits.
+// (TANDEM_MAMBA2_UNFUSED_VERIFY=1) at small, odd and Bolt-sized dims, to graph replay after commits,
+// and, batched over sequences (forward_batch), to each sequence's own pass.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -218,6 +219,67 @@ TEST(Mamba2Cuda, VerifyIsBatchInvariantAndCommitIsExact) {
       EXPECT_TRUE(same_bits(st->download_conv(), conv[size_t(n)])) << "conv after commit(" << n << ") of " << k + 1;
       EXPECT_TRUE(same_bits(L.run_gpu(*st, x, p0 + n, 1, ForwardMode::Verify), out[size_t(n)]))
           << "step after commit(" << n << ") of " << k + 1;
+    }
+  }
+}
+
+// forward_batch's one fused launch for all sequences (grid z = sequence, launches of at most
+// kVerifyBatchMax passes) against each sequence's own pass on a twin state: output rows, SSM state
+// and conv window bit for bit, with passes of different lengths and commits of different sizes, at
+// 3 sequences and at 19 (two launches). Scratch and logs are NaN before every batched pass.
+TEST(Mamba2Cuda, BatchedFusedVerifyEqualsSoloPasses) {
+  TANDEM_SKIP_WITHOUT_CUDA();
+  for (const MambaDesc& desc : {odd_desc(), bolt_desc()}) {
+    for (int B : {3, 19}) {
+      SCOPED_TRACE(std::string(desc_name(desc)) + " B=" + std::to_string(B));
+      Pair L(desc, 83);
+      std::vector<std::unique_ptr<Mamba2CudaState>> batched, solo;
+      std::vector<std::vector<float>> xs;
+      for (int b = 0; b < B; ++b) {
+        const int p0 = 5 + 3 * b;
+        xs.push_back(random_vec(size_t(p0 + 64) * kHidden, 900 + uint64_t(b)));
+        batched.push_back(L.fresh_gpu());
+        solo.push_back(L.fresh_gpu());
+        L.run_gpu(*batched.back(), xs.back(), 0, p0, ForwardMode::Prefill);
+        L.run_gpu(*solo.back(), xs.back(), 0, p0, ForwardMode::Prefill);
+      }
+      for (int step = 0; step < 3; ++step) {
+        std::vector<ForwardInfo> infos;
+        std::vector<LayerState*> states;
+        std::vector<float> xin;
+        for (int b = 0; b < B; ++b) {
+          const int n = 1 + (b + step) % 4;
+          infos.push_back(ForwardInfo{batched[size_t(b)]->pos(), n, ForwardMode::Verify});
+          states.push_back(batched[size_t(b)].get());
+          const auto& x = xs[size_t(b)];
+          xin.insert(xin.end(), x.begin() + infos.back().pos0 * kHidden, x.begin() + (infos.back().pos0 + n) * kHidden);
+        }
+        const int64_t rows = int64_t(xin.size()) / kHidden;
+        auto dx = L.gpu_be.alloc(xin.size() * 4), dout = L.gpu_be.alloc(xin.size() * 4);
+        L.gpu_be.upload(dx->data(), xin.data(), xin.size() * 4);
+        std::vector<float> nan(xin.size(), NAN);
+        L.gpu_be.upload(dout->data(), nan.data(), nan.size() * 4);
+        for (auto& st : batched) st->poison_logs();
+        L.fused().poison_scratch();
+        L.gpu->forward_batch(Tensor::f32(static_cast<float*>(dx->data()), rows, kHidden),
+                             Tensor::f32(static_cast<float*>(dout->data()), rows, kHidden), states, infos);
+        std::vector<float> got(xin.size());
+        L.gpu_be.download(got.data(), dout->data(), got.size() * 4);
+        int64_t r0 = 0;
+        for (int b = 0; b < B; ++b) {
+          const ForwardInfo& i = infos[size_t(b)];
+          const int accept = (b + 2 * step) % (i.n + 1);
+          L.gpu->commit(*batched[size_t(b)], i, accept);
+          auto want = L.run_gpu(*solo[size_t(b)], xs[size_t(b)], int(i.pos0), i.n, ForwardMode::Verify, accept);
+          EXPECT_TRUE(same_bits(std::vector<float>(got.begin() + r0 * kHidden, got.begin() + (r0 + i.n) * kHidden), want))
+              << "step " << step << " sequence " << b << ": rows";
+          EXPECT_TRUE(same_bits(batched[size_t(b)]->download_ssm(), solo[size_t(b)]->download_ssm()))
+              << "step " << step << " sequence " << b << ": ssm after commit(" << accept << ")";
+          EXPECT_TRUE(same_bits(batched[size_t(b)]->download_conv(), solo[size_t(b)]->download_conv()))
+              << "step " << step << " sequence " << b << ": conv after commit(" << accept << ")";
+          r0 += i.n;
+        }
+      }
     }
   }
 }
