@@ -274,15 +274,23 @@ void GgufFile::parse() {
   std::string prev;
   for (TensorInfo& t : tensors_) {
     const std::string tat = at + "tensor '" + printable(t.name) + "': ";
-    uint64_t numel = 1;
+    // Readers multiply any subset of the dimensions (a row's bytes, rows × planes), so the bound is on
+    // the product with empty dimensions counted as 1: a [2^61, 0] tensor holds no bytes, but its row
+    // size would still overflow int64.
+    uint64_t span = 1;
     bool overflow = false;
-    for (int64_t d : t.ne) overflow |= __builtin_mul_overflow(numel, uint64_t(d), &numel);
-    check(!overflow && numel <= uint64_t(INT64_MAX), tat, "shape ", shape_str(t.ne), " has too many elements");
+    for (int64_t d : t.ne) overflow |= __builtin_mul_overflow(span, uint64_t(d > 0 ? d : 1), &span);
+    check(!overflow && span <= uint64_t(INT64_MAX), tat, "shape ", shape_str(t.ne), " has too many elements");
     const int64_t ne0 = t.ne.empty() ? 1 : t.ne[0];
     check(ne0 % t.type->block_elems == 0, tat, "ne[0] = ", ne0, " is not a multiple of the ", t.type->name,
           " block size ", t.type->block_elems);
-    overflow = __builtin_mul_overflow(numel / uint64_t(t.type->block_elems), uint64_t(t.type->block_bytes), &t.nbytes);
-    check(!overflow, tat, "shape ", shape_str(t.ne), " of ", t.type->name, " needs more than 2^64 bytes");
+    uint64_t span_bytes = 0;
+    overflow = __builtin_mul_overflow(span / uint64_t(t.type->block_elems), uint64_t(t.type->block_bytes), &span_bytes);
+    check(!overflow && span_bytes <= uint64_t(INT64_MAX), tat, "shape ", shape_str(t.ne), " of ", t.type->name,
+          " needs more than 2^63 bytes");
+    uint64_t numel = 1;
+    for (int64_t d : t.ne) numel *= uint64_t(d);
+    t.nbytes = numel / uint64_t(t.type->block_elems) * uint64_t(t.type->block_bytes);
     check(t.offset % alignment_ == 0, tat, "offset ", t.offset, " is not a multiple of the alignment ", alignment_);
     check(t.offset <= data_size && t.nbytes <= data_size - t.offset, tat, "bytes [", t.offset, ", +", t.nbytes,
           ") lie outside the data section of ", data_size, " bytes");

@@ -310,6 +310,15 @@ TEST(GgufBadFile, TensorInfos) {
   overflow.header(3, 1, 0).info("t", {uint64_t(1) << 40, uint64_t(1) << 40}, 0, 0).pad(32);
   expect_error([&] { parse(overflow.bytes()); }, {"tensor 't'", "too many elements"});
 
+  // An empty dimension does not excuse the others: readers still multiply them (a row's bytes). The
+  // second shape is the one CI's fuzzer found (a row of 2^61 + 4 F32 that overflowed row_bytes).
+  ByteBuilder empty_wide;
+  empty_wide.header(3, 1, 0).info("t", {uint64_t(1) << 40, 0, uint64_t(1) << 40}, 0, 0).pad(32);
+  expect_error([&] { parse(empty_wide.bytes()); }, {"tensor 't'", "too many elements"});
+  ByteBuilder empty_row;
+  empty_row.header(3, 1, 0).info("t", {(uint64_t(1) << 61) + 4, 0}, 0, 0).pad(32);
+  expect_error([&] { parse(empty_row.bytes()); }, {"tensor 't'", "F32", "more than 2^63 bytes"});
+
   ByteBuilder dup;
   dup.header(3, 2, 0).info("t", {1}, 0, 0).info("t", {1}, 0, 32).pad(32).raw(std::vector<uint8_t>(64));
   expect_error([&] { parse(dup.bytes()); }, {"tensor 't'", "appears twice"});
