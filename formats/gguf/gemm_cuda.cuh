@@ -10,7 +10,7 @@
 // weights are decoded to their exact small values as in the tensor-core GEMV. Per 32-element group
 // (per 16 where the type scales per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32,
 // and the warp folds the group in as acc = fma(s, t, acc), groups in k order (Q4_K/Q5_K also
-// acc = fma(−min, Σ x, acc), Σ x on the tensor cores too); the row's power of two and the tensor's
+// acc = fma(−min, Σ x', acc), Σ x' summed once per row and group by the split kernel); the row's power of two and the tensor's
 // scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
 // largest where fp16 runs out of range): far below the fp32 rounding of the sums.
 // Each output depends only on its weight row, its activation row and k — not on n, on the tile or on
@@ -28,7 +28,8 @@ constexpr int kGemmThreads = 256;
 constexpr int kGemmStep = 64;     // elements per pipeline step (two groups)
 constexpr int kGemmStages = 2;    // staged activation steps (cp.async ring)
 constexpr int kGemmColBytes = 2 * 128 + 16;  // one column's step (2 groups × 4 lane classes × hi|lo) + 16:
-                                             // eight columns' 16-byte reads then hit distinct banks
+                                             // eight columns' 16-byte reads then hit distinct banks; a
+                                             // type with a min keeps the step's group sums there
 
 // Weights stream in chunks of whole blocks, at least one step long; a step is a part of a chunk.
 template <class Q>
@@ -58,8 +59,13 @@ inline size_t gemm_smem_bytes() {
   return size_t(table_bytes<Q>()) + size_t(kGemmStages) * kGemmBN * kGemmColBytes +
          size_t(gemm_wslots<Q>()) * kGemmBM * gemm_wrow_bytes<Q>() + 3 * kGemmBN * 4;
 }
-// Bytes per split activation row: k rounded up to whole steps, 4 bytes (hi, lo) per element.
-inline int64_t gemm_xstride(int64_t k) { return (k + kGemmStep - 1) / kGemmStep * kGemmStep * 4; }
+// Bytes per split activation row: k rounded up to whole steps, 4 bytes (hi, lo) per element; for a
+// type with a min (Q4_K, Q5_K) then 16 bytes a step, the step's two group sums Σ x' and 8 of padding.
+__host__ __device__ inline int64_t gemm_xstride(int64_t k) { return (k + kGemmStep - 1) / kGemmStep * kGemmStep * 4; }
+template <class Q>
+__host__ __device__ inline int64_t gemm_xstride_of(int64_t k) {
+  return gemm_xstride(k) + (Mma<Q>::kHasMin ? (k + kGemmStep - 1) / kGemmStep * 16 : 0);
+}
 inline int64_t gemm_max_tiles(int64_t items, int n_experts) { return cuda::plan_max_tiles(items, n_experts, kGemmBN); }
 
 struct GemmArgs {
@@ -94,14 +100,13 @@ __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint
 }
 
 // gemm_group_mma for one m16 tile (the other's decode not yet live): the same steps, so the same bits.
-// With kMin (Q4_K, Q5_K: one scale and one min a group) also Σ x of the group's 32 elements per n8 tile
-// on the tensor cores (an all-ones A fragment, hi then lo, exact products) and acc = fma(−min, Σ x, acc)
-// after the step.
+// With kMin (Q4_K, Q5_K: one scale and one min a group) also acc = fma(−min, Σ x', acc) after the step,
+// Σ x' the group's sum that gemm_split_kernel stored with the step (xsum: the lane's first column's).
 template <bool kScalePerStep, bool kMin = false>
 __device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
                                               const float (&sa)[2], const float (&sb)[2], const unsigned char* xg,
-                                              int nt_active, const float* oa = nullptr, const float* ob = nullptr) {
-  constexpr uint32_t kOnes = 0x3C003C00u;  // fp16 (1, 1)
+                                              int nt_active, const float* oa = nullptr, const float* ob = nullptr,
+                                              const unsigned char* xsum = nullptr) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     if (nt >= nt_active) break;
@@ -110,15 +115,13 @@ __device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t
     float* ac = ac8[nt];
     mma_tile_step<kScalePerStep>(ac, wa, wb, row_scales_of(sa, sb).v, hi, lo);
     if constexpr (kMin) {
-      float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.x, hi.y);
-      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.x, lo.y);
-      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, hi.z, hi.w);
-      cuda::mma16816(sx, kOnes, kOnes, kOnes, kOnes, lo.z, lo.w);
-      ac[0] = fmaf(-oa[0], sx[0], ac[0]);
-      ac[1] = fmaf(-oa[0], sx[1], ac[1]);
-      ac[2] = fmaf(-ob[0], sx[2], ac[2]);
-      ac[3] = fmaf(-ob[0], sx[3], ac[3]);
+      // The lane's columns 2q, 2q + 1 of this n8 tile: their group sums from the staged step.
+      const float s0 = *reinterpret_cast<const float*>(xsum + nt * 8 * kGemmColBytes);
+      const float s1 = *reinterpret_cast<const float*>(xsum + (nt * 8 + 1) * kGemmColBytes);
+      ac[0] = fmaf(-oa[0], s0, ac[0]);
+      ac[1] = fmaf(-oa[0], s1, ac[1]);
+      ac[2] = fmaf(-ob[0], s0, ac[2]);
+      ac[3] = fmaf(-ob[0], s1, ac[3]);
     }
   }
 }
@@ -145,7 +148,9 @@ __device__ __forceinline__ void gemm_store(const float (&acc)[2][8][4], int nt_a
 
 // Row r of x, scaled by a power of two 2^−e (max |x'| in [2^14, 2^15)) and split into fp16 hi + lo:
 // per 32-element group 128 bytes, lane class q's 8 hi then 8 lo halves in Mma<Q>::place order (the
-// GEMV's staging layout), zero past k to whole steps; xdown[r] = 2^e. One block per row.
+// GEMV's staging layout), zero past k to whole steps; xdown[r] = 2^e. One block per row. For a type
+// with a min, also each group's Σ (hi + lo) (a warp's butterfly sum: fixed order, so a row's sums
+// never depend on n), two floats a step after the halves (gemm_xstride_of).
 template <class Q>
 __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t k, int64_t rows, int64_t xstride,
                                                          unsigned char* xs, float* xdown) {
@@ -160,7 +165,8 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
     mx = cuda::block_max(mx, red);
     const cuda::Pow2Scale sc = cuda::pow2_scale<14>(mx);
     unsigned char* out = xs + r * xstride;
-    for (int64_t j = tid; j < xstride / 4; j += 256) {
+    const int64_t elems = gemm_xstride(k) / 4;  // whole steps: every warp is in or out of the loop
+    for (int64_t j = tid; j < elems; j += 256) {
       __half hi, lo;
       cuda::split_hi_lo(j < k ? xr[j] * sc.up : 0.0f, hi, lo);
       int qq, sl;
@@ -168,6 +174,13 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
       __half* seg = reinterpret_cast<__half*>(out + (j >> 5) * 128 + qq * 32);
       seg[sl] = hi;
       seg[8 + sl] = lo;
+      if constexpr (Mma<Q>::kHasMin) {  // the warp holds group j / 32
+        const float sum = cuda::warp_sum(__half2float(hi) + __half2float(lo));
+        if ((tid & 31) == 0) {
+          const int64_t grp = j >> 5;
+          reinterpret_cast<float*>(out + elems * 4 + (grp >> 1) * 16)[grp & 1] = sum;
+        }
+      }
     }
     if (tid == 0) xdown[r] = sc.down;
   }
@@ -215,7 +228,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
       if (pc < (mis + len + 15) >> 4) cp_async16(dst + r * SB + 16 * pc, src - mis + 16 * pc);
     }
   };
-  // Step s of the tile's columns, whole n8 tiles (columns past ncols repeat the last) into slot s mod D.
+  // Step s of the tile's columns, whole n8 tiles (columns past ncols repeat the last) into slot s mod D;
+  // with a min also the step's 16 bytes of group sums, into the column's last 16 bytes.
+  const int64_t sums_at = gemm_xstride(p.k);
   auto issue_x = [&](int s) {
     unsigned char* dst = act + (s % D) * kGemmBN * kGemmColBytes;
     const int cols = (ncols + 7) & ~7;
@@ -223,6 +238,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
       const int c = i >> 4, pc = i & 15;
       cp_async16(dst + c * kGemmColBytes + 16 * pc, a.xs + int64_t(col_x[c]) * a.xstride + int64_t(s) * 256 + 16 * pc);
     }
+    if constexpr (M::kHasMin)
+      for (int c = tid; c < cols; c += kGemmThreads)
+        cp_async16(dst + c * kGemmColBytes + 256, a.xs + int64_t(col_x[c]) * a.xstride + sums_at + int64_t(s) * 16);
   };
 
   // Weights are never written by a pass: a matmul requests its first chunks before the wait.
@@ -303,7 +321,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
           float oa[2], ob[2];
           M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt], oa);
           M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt], ob);
-          gemm_tile_mma<false, true>(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], xg, nt_active, oa, ob);
+          gemm_tile_mma<false, true>(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], xg, nt_active, oa, ob,
+                                     xst + (wn * 64 + 2 * q) * kGemmColBytes + 256 + gi * 4);
         }
       } else if constexpr (M::kTileByTile) {
         // One m16 tile at a time, so that one tile's decode is live at once (MmaFromDec's whole units
@@ -337,12 +356,13 @@ struct GemmWorkspace {
   size_t xs = 0, xdown = 0, items = 0, tiles = 0, ntiles = 0, total = 0;
 };
 inline size_t gemm_align(size_t b) { return (b + 255) / 256 * 256; }
-inline GemmWorkspace gemm_workspace_layout(const CudaMatmulArgs& a) {
+template <class Q>
+GemmWorkspace gemm_workspace_layout(const CudaMatmulArgs& a) {
   const bool grouped = a.ids != nullptr;
   const int64_t xrows = grouped ? a.n / a.per_x : a.n;
   GemmWorkspace l;
   l.xs = 0;
-  l.xdown = gemm_align(size_t(xrows) * size_t(gemm_xstride(a.k)));
+  l.xdown = gemm_align(size_t(xrows) * size_t(gemm_xstride_of<Q>(a.k)));
   l.items = l.xdown + gemm_align(size_t(xrows) * 4);
   l.total = l.items;
   if (grouped) {
@@ -352,7 +372,10 @@ inline GemmWorkspace gemm_workspace_layout(const CudaMatmulArgs& a) {
   }
   return l;
 }
-inline size_t gemm_workspace(const CudaMatmulArgs& a) { return gemm_workspace_layout(a).total; }
+template <class Q>
+size_t gemm_workspace(const CudaMatmulArgs& a) {
+  return gemm_workspace_layout<Q>(a).total;
+}
 
 // y = x · Wᵀ (ids null: a.n rows) or the grouped gather (ids: a.n items of x rows a.n / per_x).
 template <class Q>
@@ -366,13 +389,13 @@ void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
   check(!grouped || (a.n_experts >= 1 && a.n_experts <= kCudaGatherGemmMaxExperts), "gguf gemm: ", a.n_experts,
         " experts, expected 1 .. ", kCudaGatherGemmMaxExperts);
   check(a.n < (int64_t(1) << 31), "gguf gemm: ", a.n, " rows, expected fewer than 2^31");
-  const GemmWorkspace l = gemm_workspace_layout(a);
+  const GemmWorkspace l = gemm_workspace_layout<Q>(a);
   char* ws = static_cast<char*>(workspace);
   GemmArgs g;
   g.p = a;
   g.xs = reinterpret_cast<unsigned char*>(ws + l.xs);
   g.xdown = reinterpret_cast<float*>(ws + l.xdown);
-  g.xstride = gemm_xstride(a.k);
+  g.xstride = gemm_xstride_of<Q>(a.k);
   cuda::launch(gemm_split_kernel<Q>, dim3(unsigned(std::min<int64_t>(xrows, 8192))), dim3(256), 0, s,
                "gguf gemm split", a.x, a.k, xrows, g.xstride, reinterpret_cast<unsigned char*>(ws + l.xs),
                reinterpret_cast<float*>(ws + l.xdown));
@@ -411,7 +434,7 @@ constexpr auto gemm_of() {
 }
 template <class Q>
 constexpr auto gemm_workspace_of() {
-  if constexpr (HasMma<Q>::value) return &gemm_workspace;
+  if constexpr (HasMma<Q>::value) return &gemm_workspace<Q>;
   else return static_cast<size_t (*)(const CudaMatmulArgs&)>(nullptr);
 }
 

@@ -218,23 +218,25 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
   gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * 64 + 2 * q, ncols, a.m, col_x, col_down, a.scale, a.y, a.epilogue);
 }
 
-// The workspace of launch_gemm_tc: gemm_cuda.cuh's for a plain matmul of n rows of k.
+// The workspace of launch_gemm_tc: gemm_cuda.cuh's for a plain matmul of n rows of k (the one-copy
+// types have no min, so any of them gives the layout).
 inline size_t gemm_tc_workspace(int64_t n, int64_t k) {
   CudaMatmulArgs a;
   a.n = n, a.k = k;
-  return gemm_workspace(a);
+  return gemm_workspace<DecQ8_0>(a);
 }
 
 template <class W>
 void launch_gemm_tc_as(const GemmTcArgs& g, const float* x, void* workspace, cudaStream_t s) {
   CudaMatmulArgs wa;
   wa.n = g.n, wa.k = g.k;
-  const GemmWorkspace l = gemm_workspace_layout(wa);
+  static_assert(!Mma<typename W::Q>::kHasMin, "gguf tc gemm: the one-copy kernel folds no min");
+  const GemmWorkspace l = gemm_workspace_layout<typename W::Q>(wa);
   char* ws = static_cast<char*>(workspace);
   GemmTcArgs a = g;
   a.xs = reinterpret_cast<unsigned char*>(ws + l.xs);
   a.xdown = reinterpret_cast<float*>(ws + l.xdown);
-  a.xstride = gemm_xstride(g.k);
+  a.xstride = gemm_xstride_of<typename W::Q>(g.k);
   cuda::launch(gemm_split_kernel<typename W::Q>, dim3(unsigned(std::min<int64_t>(g.n, 8192))), dim3(256), 0, s,
                "gguf tc gemm split", x, g.k, g.n, a.xstride, reinterpret_cast<unsigned char*>(ws + l.xs),
                reinterpret_cast<float*>(ws + l.xdown));

@@ -1,5 +1,5 @@
 // The tensor-core decoders of every GGUF CUDA type (Mma<Q>: lane-wise for IQ2_XXS, NVFP4, Q8_0, Q6_K,
-// Q4_K/Q5_K; MmaFromDec for the other i-quants and IQ4), which the prefill GEMM (gemm_cuda.cuh) uses,
+// Q4_K/Q5_K, IQ4_NL/IQ4_XS; MmaFromDec for the other i-quants), which the prefill GEMM (gemm_cuda.cuh) uses,
 // and a tensor-core GEMV for 1–16 activation rows on them (not Q4_K/Q5_K): weights are decoded to
 // their exact small values in fp16 and multiplied
 // on mma.sync m16n8k16 with fp32 accumulation, so extra rows cost little (the fp32 GEMV of
@@ -40,12 +40,19 @@ constexpr int kMmaXElems = 16384;   // staged activation elements per block (all
 constexpr int kMmaMaxRows = 16;     // activation rows per launch item (two n8 tiles)
 constexpr int kStageUnroll = 4;     // float4 activation loads in flight per thread while staging
 
+// fp16 bits of v (exact for the decoders' small values: GgufCudaMmaDecoders in test_decode_host.cu).
+TANDEM_HD uint32_t h16(float v) { return uint32_t(__half_as_ushort(__float2half_rn(v))); }
+
 // Bytes b (each 128 + v) at byte selectors `sel` (two bytes) to the half2 (v0, v1), exactly.
-__device__ __forceinline__ uint32_t h2_of_biased(uint32_t b, uint32_t sel) {
+TANDEM_HD uint32_t h2_of_biased(uint32_t b, uint32_t sel) {
   const uint32_t r = prmt(b, 0x64646464u, sel);  // 0x64bb: 1024 + bb in fp16
+#ifdef __CUDA_ARCH__
   uint32_t out;
   asm("sub.f16x2 %0, %1, %2;" : "=r"(out) : "r"(r), "r"(0x64806480u));  // − (1024 + 128)
   return out;
+#else
+  return h16(float(int(r & 0xFF) - 128)) | h16(float(int((r >> 16) & 0xFF) - 128)) << 16;
+#endif
 }
 
 // The four half2 of eight consecutive biased bytes lo (elements 0–3), hi (4–7), in element order.
@@ -126,11 +133,8 @@ struct Mma<DecNVFP4> {
   }
 };
 
-// fp16 bits of v (exact for the decoders' small values: GgufCudaMmaDecoders in test_decode_host.cu).
-TANDEM_HD uint32_t h16(float v) { return uint32_t(__half_as_ushort(__float2half_rn(v))); }
-
 // Every other type whose rows decoder yields small exact values and a scale per 16 elements
-// (kExact false: IQ4_NL, IQ4_XS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M; Q6_K's placement), through that decoder:
+// (kExact false: IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M; Q6_K's placement), through that decoder:
 // k-step j is half j of the 32-element unit (the decoders give one scale a half), pair h its group h
 // of 8 (at Q::off(j, h)), lane q its elements 2q, 2q + 1. Each lane decodes the whole unit and picks
 // its eight (4× the work of a lane-wise decoder): the prefill GEMM spends it once per 128 activation
@@ -192,8 +196,55 @@ struct Mma<DecQ6_K> : MmaFromDec<DecQ6_K> {
     s[1] = d * float(int(int8_t(ld8(b + 193 + 8 * n + 2 * r))));
   }
 };
-template <> struct Mma<DecIQ4_NL> : MmaFromDec<DecIQ4_NL> {};
-template <> struct Mma<DecIQ4_XS> : MmaFromDec<DecIQ4_XS> {};
+// IQ4_NL / IQ4_XS lane-wise: a 32-element group is 16 bytes, byte i holding element i (low nibble) and
+// 16 + i (high), each code an index into kvalues_iq4nl (int8, exact in fp16), one scale a group (d,
+// or d·(ls − 32)). Lane q takes bytes 2q, 2q + 1 (k-step 0) and 8 + 2q, 9 + 2q (k-step 1): their low
+// nibbles are pair h = 0, their high nibbles pair h = 1. The 16-entry table is two byte permutes and
+// a select on each code's top bit, as NVFP4's.
+template <class D>
+struct MmaIQ4 {
+  static constexpr bool kScalePerStep = false;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = false;
+  TANDEM_HD static void place(int e, int& q, int& slot) {
+    const int h = e >> 4, r = e & 15, j = r >> 3, v = r & 7;
+    q = v >> 1, slot = 4 * j + 2 * h + (v & 1);
+  }
+  // The four codes of the 16 bits v (b0 lo, b0 hi, b1 lo, b1 hi) as int8 table values, each xored
+  // with 0x80 (h2_of_biased's input).
+  TANDEM_HD static uint32_t values(uint32_t v) {
+    const uint32_t l = prmt(0xBFAD9881u, 0xF6EADDCFu, v), h = prmt(0x26190D01u, 0x71594535u, v);
+    return prmt(l, h, 0x3210u | ((v >> 1) & 0x4444u)) ^ 0x80808080u;
+  }
+  TANDEM_HD static void lanes(const uint8_t* qs, int q, uint32_t (&w)[4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t vals = values(ld16(qs + 8 * j + 2 * q));
+      w[2 * j] = h2_of_biased(vals, 0x4240);      // elements 8j + 2q, 8j + 2q + 1 (low nibbles)
+      w[2 * j + 1] = h2_of_biased(vals, 0x4341);  // elements 16 + 8j + 2q, … + 1 (high nibbles)
+    }
+  }
+};
+template <>
+struct Mma<DecIQ4_NL> : MmaIQ4<DecIQ4_NL> {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + u * DecIQ4_NL::kBytes;
+    lanes(blk + 2, q, w);
+    s[0] = s[1] = f16_bits(ld16(blk));
+  }
+};
+template <>
+struct Mma<DecIQ4_XS> : MmaIQ4<DecIQ4_XS> {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ4_XS::kBytes;
+    const int ib = u & 7;
+    const uint32_t head = ld16(blk) | ld16(blk + 2) << 16;  // d, scales_h
+    const uint32_t sl = ld8(blk + 4 + ib / 2);
+    const int ls = int((sl >> (4 * (ib % 2))) & 0xF) | int(((head >> 16 >> (2 * ib)) & 3) << 4);
+    lanes(blk + 8 + 16 * ib, q, w);
+    s[0] = s[1] = f16_bits(head & 0xFFFF) * float(ls - 32);
+  }
+};
 template <> struct Mma<DecIQ2_XS> : MmaFromDec<DecIQ2_XS> {};
 template <> struct Mma<DecIQ2_S> : MmaFromDec<DecIQ2_S> {};
 template <> struct Mma<DecIQ3_XXS> : MmaFromDec<DecIQ3_XXS> {};
@@ -201,8 +252,8 @@ template <> struct Mma<DecIQ3_S> : MmaFromDec<DecIQ3_S> {};
 template <> struct Mma<DecIQ1_M> : MmaFromDec<DecIQ1_M> {};
 
 // Q4_K / Q5_K: a weight is scale·q − min (scale = d·sc and min = dmin·m per 32, both exact in fp32;
-// q in 0 … 15 or 0 … 31), so a group's dot product is scale·Σ q·x − min·Σ x: the GEMM sums Σ x on the
-// tensor cores too (an all-ones A fragment) and folds both (kHasMin). Lane q takes elements 8q … 8q + 7
+// q in 0 … 15 or 0 … 31), so a group's dot product is scale·Σ q·x − min·Σ x: the GEMM takes Σ x per
+// activation row and group from its split kernel and folds both (kHasMin). Lane q takes elements 8q … 8q + 7
 // of the unit (qs bytes 8q … 8q + 7 of its 32-byte chunk, the nibble of its parity, Q5_K's bit of qh).
 template <bool kHigh5>
 struct Mma<DecK45<kHigh5>> {

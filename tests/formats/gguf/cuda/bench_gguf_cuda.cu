@@ -165,6 +165,24 @@ void bench_prefill(cuda::CudaBackend& be) {
     const std::string down = std::string(t) + " routed down 512 x 9 of 128 [1024, 2304]";
     prefill_row(down.c_str(), bench_gather(be, t, 128, 9, 1024, 2304, 512), 1024, 2304, 512 * 9);
   }
+  // Short chunks on matrices of few 128-row tiles (a chat turn's few hundred tokens): whether the
+  // grid fills the GPU; the weights' GB/s beside the TFLOP/s (a chunk this short is bound by one or
+  // the other).
+  std::printf("-- prefill: short chunks on narrow matrices (weights GB/s) --\n");
+  struct Narrow {
+    const char* what;
+    int64_t m, k;
+  };
+  for (const char* t : {"NVFP4", "Q8_0", "Q4_K"})
+    for (Narrow sh : {Narrow{"out_proj", 4096, 8192}, Narrow{"latent down", 1024, 4096}})
+      for (int64_t n : {32, 64, 128, 256, 512}) {
+        const Result r = bench_matmul(be, t, sh.m, sh.k, n);
+        const double ms = r.graph_ms > 0 ? r.graph_ms : r.stream_ms;
+        std::printf("%-8s %-12s [%5lld, %5lld] n=%-4lld %3lld blocks  graph %8.1f us  %6.1f TFLOP/s  %6.0f GB/s\n", t,
+                    sh.what, (long long)sh.m, (long long)sh.k, (long long)n,
+                    (long long)(((sh.m + 127) / 128) * ((n + 127) / 128)), ms * 1e3,
+                    2.0 * double(sh.m) * double(sh.k) * double(n) / (ms * 1e-3) / 1e12, r.gbytes / (ms * 1e-3));
+      }
 }
 
 // Enough copies of `bytes` to rotate past the L2 several times (256 MiB in all).

@@ -24,7 +24,8 @@ namespace {
 
 using tandem::test::random_vec;
 
-// Every GGUF type with CUDA kernels: the three lane-wise decoders, MmaFromDec's, Q4_K/Q5_K's min.
+// Every GGUF type with CUDA kernels: the lane-wise decoders (IQ2_XXS, NVFP4, Q8_0, Q6_K, IQ4_NL/IQ4_XS),
+// MmaFromDec's, Q4_K/Q5_K's min.
 const char* const kGemmTypes[] = {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K",   "Q5_K",  "Q6_K",    "IQ4_NL",
                                   "IQ4_XS",  "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M"};
 
