@@ -54,10 +54,43 @@ template <class Q>
 __host__ __device__ constexpr int gemm_wslots() {
   return 1 + (kGemmStages - 1 + gemm_steps_per_chunk<Q>() - 1) / gemm_steps_per_chunk<Q>();
 }
-template <class Q>
+template <class Q, int BM = kGemmBM>
 inline size_t gemm_smem_bytes() {
   return size_t(table_bytes<Q>()) + size_t(kGemmStages) * kGemmBN * kGemmColBytes +
-         size_t(gemm_wslots<Q>()) * kGemmBM * gemm_wrow_bytes<Q>() + 3 * kGemmBN * 4;
+         size_t(gemm_wslots<Q>()) * BM * gemm_wrow_bytes<Q>() + 3 * kGemmBN * 4;
+}
+
+// Warp rows of a block: 4 (128 weight rows × 128 activation rows, warps 32 × 64), 2 (64 × 128, warps
+// 32 × 32) or 1 (32 × 128, warps 32 × 16). A warp decodes its two m16 tiles per group whatever its
+// width, so narrow warps cost more decoding per mma; they pay where the 128-row tiling leaves SMs
+// idle (a short chunk on a matrix of few rows: Bolt's out_proj has 32 tiles of 128 rows, its latent
+// projection 8). Each output is one lane's fma chain over the groups in k order in every tiling, so
+// the bits do not depend on it. The choice: the widest tiling with at least 1.8 blocks an SM (about
+// one full wave at two blocks an SM), else 32 rows. On the H200 (2026-12-04, bench_gguf_cuda
+// --narrow, µs for 4 / 2 / 1 warp rows): NVFP4 out_proj [4096, 8192] n = 128 518 / 314 / 239, n = 512
+// 520 / 323 / 505; the latent [1024, 4096] n = 512 265 / 162 / 123; Q4_K out_proj n = 512 585 / 511 /
+// 870 — one wave of 8-warp blocks an SM idles half the machine, two waves of 32-row blocks pay their
+// extra decoding. TANDEM_GGUF_GEMM_WM (1, 2 or 4; read at each call, so that tests can switch it)
+// forces one.
+inline int gemm_sm_count() {
+  static const int n = [] {
+    int dev = 0, c = 0;
+    cuda::check_cuda(cudaGetDevice(&dev), "gguf gemm: device");
+    cuda::check_cuda(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev), "gguf gemm: SM count");
+    return c;
+  }();
+  return n;
+}
+inline int gemm_warp_rows(int64_t m, int64_t n) {
+  if (const char* f = std::getenv("TANDEM_GGUF_GEMM_WM"); f && *f) {
+    const int v = std::atoi(f);
+    check(v == 1 || v == 2 || v == 4, "TANDEM_GGUF_GEMM_WM is '", f, "', expected 1, 2 or 4");
+    return v;
+  }
+  const int64_t col_tiles = cuda::ceil_div(n, int64_t(kGemmBN)), sms = gemm_sm_count();
+  for (int wm : {4, 2})
+    if (5 * cuda::ceil_div(m, int64_t(32 * wm)) * col_tiles >= 9 * sms) return wm;
+  return 1;
 }
 // Bytes per split activation row: k rounded up to whole steps, 4 bytes (hi, lo) per element; for a
 // type with a min (Q4_K, Q5_K) then 16 bytes a step, the step's two group sums Σ x' and 8 of padding.
@@ -82,15 +115,15 @@ struct GemmArgs {
   const int32_t* ntiles = nullptr;
 };
 
-// One group of a warp's 2 m16 × nt_active n8 tiles, shared by the block GEMM and the one-copy GEMM
+// One group of a warp's 2 m16 × nt_active (≤ NT) n8 tiles, shared by the block GEMM and the one-copy GEMM
 // (gemm_tc_cuda.cuh): each m16 tile's A fragments and scales times the staged activations of the
 // lane's first column at xg (hi, lo; the next n8 tile's column 8 · kGemmColBytes further).
-template <bool kScalePerStep>
-__device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint32_t (&wa)[2][4],
+template <bool kScalePerStep, int NT>
+__device__ __forceinline__ void gemm_group_mma(float (&acc)[2][NT][4], const uint32_t (&wa)[2][4],
                                                const uint32_t (&wb)[2][4], const float (&sa)[2][2],
                                                const float (&sb)[2][2], const unsigned char* xg, int nt_active) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 0; nt < NT; ++nt) {
     if (nt >= nt_active) break;
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
@@ -102,13 +135,13 @@ __device__ __forceinline__ void gemm_group_mma(float (&acc)[2][8][4], const uint
 // gemm_group_mma for one m16 tile (the other's decode not yet live): the same steps, so the same bits.
 // With kMin (Q4_K, Q5_K: one scale and one min a group) also acc = fma(−min, Σ x', acc) after the step,
 // Σ x' the group's sum that gemm_split_kernel stored with the step (xsum: the lane's first column's).
-template <bool kScalePerStep, bool kMin = false>
-__device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
+template <bool kScalePerStep, bool kMin = false, int NT = 8>
+__device__ __forceinline__ void gemm_tile_mma(float (&ac8)[NT][4], const uint32_t (&wa)[4], const uint32_t (&wb)[4],
                                               const float (&sa)[2], const float (&sb)[2], const unsigned char* xg,
                                               int nt_active, const float* oa = nullptr, const float* ob = nullptr,
                                               const unsigned char* xsum = nullptr) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 0; nt < NT; ++nt) {
     if (nt >= nt_active) break;
     const unsigned char* sg = xg + nt * 8 * kGemmColBytes;
     const uint4 hi = *reinterpret_cast<const uint4*>(sg), lo = *reinterpret_cast<const uint4*>(sg + 16);
@@ -129,13 +162,14 @@ __device__ __forceinline__ void gemm_tile_mma(float (&ac8)[8][4], const uint32_t
 // A warp's outputs: lane (g, q) holds rows g, g + 8 of each m16 tile (o_lane: its first) and columns
 // 2q, 2q + 1 of each n8 tile (c_lane: its first), column c going to y row col_y[c] scaled by
 // col_down[c] · scale.
-__device__ __forceinline__ void gemm_store(const float (&acc)[2][8][4], int nt_active, int64_t o_lane, int c_lane,
+template <int NT>
+__device__ __forceinline__ void gemm_store(const float (&acc)[2][NT][4], int nt_active, int64_t o_lane, int c_lane,
                                            int ncols, int64_t m, const int* col_y, const float* col_down,
                                            float scale, float* y, int epilogue) {
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       if (nt >= nt_active) break;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -187,29 +221,30 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
 }
 
 
-// Block (x, y): weight rows 128·x .. +128 and activation tile y (the rows 128·y .. +128 of x; grouped:
-// tile y of the plan, up to 128 items of one expert). Warp (wm, wn) computes 32 weight rows × 64
-// columns: per group it decodes its two m16 tiles' A fragments from the weight ring and runs them
-// against up to eight n8 tiles of staged activations. Weights arrive in chunks of whole blocks, the
+// Block (x, y): weight rows BM·x .. +BM (BM = 32·WM) and activation tile y (the rows 128·y .. +128 of
+// x; grouped: tile y of the plan, up to 128 items of one expert). Warp (wm, wn) computes 32 weight
+// rows × CW columns (CW = 128·WM / 8): per group it decodes its two m16 tiles' A fragments from the
+// weight ring and runs them against up to CW / 8 n8 tiles of staged activations. Weights arrive in chunks of whole blocks, the
 // activations in steps of 64 elements, both through cp.async rings; a step's group sums fold into the
 // accumulators in k order.
-template <class Q, bool Grouped>
+template <class Q, bool Grouped, int WM = 4>
 __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a) {
   using M = Mma<Q>;
+  constexpr int BM = 32 * WM, CW = kGemmBN * WM / 8, NT = CW / 8;
   constexpr int CB = gemm_chunk_bytes<Q>(), SB = gemm_wrow_bytes<Q>(), SPC = gemm_steps_per_chunk<Q>();
   constexpr int WS = gemm_wslots<Q>(), D = kGemmStages;
   constexpr int PPR = (15 + CB + 15) / 16;  // 16-byte pieces that cover a row's chunk at any misalignment
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* act = smem + table_bytes<Q>();
   unsigned char* wring = act + size_t(D) * kGemmBN * kGemmColBytes;
-  int* col_x = reinterpret_cast<int*>(wring + size_t(WS) * kGemmBM * SB);
+  int* col_x = reinterpret_cast<int*>(wring + size_t(WS) * BM * SB);
   int* col_y = col_x + kGemmBN;
   float* col_down = reinterpret_cast<float*>(col_y + kGemmBN);
 
   const CudaMatmulArgs& p = a.p;
   const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-  const int wm = warp & 3, wn = warp >> 2;
-  const int64_t o0 = int64_t(blockIdx.x) * kGemmBM;
+  const int wm = warp % WM, wn = warp / WM;
+  const int64_t o0 = int64_t(blockIdx.x) * BM;
   const int groups = int(p.k / 32), nsteps = (groups + 1) / 2;
   const int64_t row_bytes = p.row_bytes;
   const uint8_t* w = p.w;
@@ -220,8 +255,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
   auto issue_w = [&](int c) {
     const int64_t b0 = int64_t(c) * CB;
     const int len = int(min(int64_t(CB), row_bytes - b0));
-    unsigned char* dst = wring + (c % WS) * kGemmBM * SB;
-    for (int i = tid; i < kGemmBM * PPR; i += kGemmThreads) {
+    unsigned char* dst = wring + (c % WS) * BM * SB;
+    for (int i = tid; i < BM * PPR; i += kGemmThreads) {
       const int r = i / PPR, pc = i % PPR;
       const uint8_t* src = w + min(o0 + r, p.m - 1) * row_bytes + b0;
       const int mis = int(reinterpret_cast<uintptr_t>(src) & 15);
@@ -286,12 +321,12 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
   for (int i = 0; i < 4; ++i)
     rbase[i] = uint32_t(reinterpret_cast<uintptr_t>(w + min(o0 + wm * 32 + (i >> 1) * 16 + g + 8 * (i & 1), p.m - 1) *
                                                             row_bytes));
-  const int nt_active = ncols > wn * 64 ? min(8, (ncols - wn * 64 + 7) / 8) : 0;  // warp-uniform
-  float acc[2][8][4];
+  const int nt_active = ncols > wn * CW ? min(NT, (ncols - wn * CW + 7) / 8) : 0;  // warp-uniform
+  float acc[2][NT][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
@@ -305,7 +340,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
     cp_async_commit();
     if (nt_active == 0) continue;
     const int c = s / SPC;
-    const unsigned char* wst = wring + (c % WS) * kGemmBM * SB;
+    const unsigned char* wst = wring + (c % WS) * BM * SB;
     const unsigned char* xst = act + (s % D) * kGemmBN * kGemmColBytes;
 #pragma unroll
     for (int gi = 0; gi < 2; ++gi) {
@@ -313,7 +348,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
       const int u = (s % SPC) * 2 + gi;  // the group within the chunk
       uint32_t wa[2][4], wb[2][4];
       float sa[2][2], sb[2][2];
-      const unsigned char* xg = xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32;
+      const unsigned char* xg = xst + (wn * CW + g) * kGemmColBytes + gi * 128 + q * 32;
       if constexpr (M::kHasMin) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
@@ -322,7 +357,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
           M::group(wst + r * SB + ((rbase[2 * mt] + uint32_t(c) * CB) & 15u), u, q, tab, wa[mt], sa[mt], oa);
           M::group(wst + (r + 8) * SB + ((rbase[2 * mt + 1] + uint32_t(c) * CB) & 15u), u, q, tab, wb[mt], sb[mt], ob);
           gemm_tile_mma<false, true>(acc[mt], wa[mt], wb[mt], sa[mt], sb[mt], xg, nt_active, oa, ob,
-                                     xst + (wn * 64 + 2 * q) * kGemmColBytes + 256 + gi * 4);
+                                     xst + (wn * CW + 2 * q) * kGemmColBytes + 256 + gi * 4);
         }
       } else if constexpr (M::kTileByTile) {
         // One m16 tile at a time, so that one tile's decode is live at once (MmaFromDec's whole units
@@ -347,7 +382,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
   }
   cp_async_wait<0>();  // only empty groups can be pending
   // Lane (g, q) holds rows g, g + 8 of each m16 tile and columns 2q, 2q + 1 of each n8 tile.
-  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * 64 + 2 * q, ncols, p.m, col_y, col_down, scale, p.y, p.epilogue);
+  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * CW + 2 * q, ncols, p.m, col_y, col_down, scale, p.y, p.epilogue);
 }
 
 // The workspace of gemm_entry: the split activations and their scales; for a gather also the sorted
@@ -413,16 +448,26 @@ void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
     g.items = items, g.tile_e = tile_e, g.tile_start = tile_start, g.tile_len = tile_len, g.ntiles = ntiles;
     tiles_y = max_tiles;
   }
-  const size_t smem = gemm_smem_bytes<Q>();
-  const auto kernel = grouped ? gemm_kernel<Q, true> : gemm_kernel<Q, false>;
   static bool configured = false;  // the engine thread loads and runs; the attribute is per function
   if (!configured) {
     for (auto k : {gemm_kernel<Q, true>, gemm_kernel<Q, false>})
-      cuda::check_cuda(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+      cuda::check_cuda(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gemm_smem_bytes<Q>())),
                        "gguf gemm: shared memory attribute");
+    cuda::check_cuda(cudaFuncSetAttribute(gemm_kernel<Q, false, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(gemm_smem_bytes<Q, 64>())),
+                     "gguf gemm: shared memory attribute");
+    cuda::check_cuda(cudaFuncSetAttribute(gemm_kernel<Q, false, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(gemm_smem_bytes<Q, 32>())),
+                     "gguf gemm: shared memory attribute");
     configured = true;
   }
-  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(kGemmBM))), unsigned(tiles_y));
+  // Grouped gathers keep the 128-row tiling: their plan's tiles already spread over the experts.
+  const int wm = grouped ? 4 : gemm_warp_rows(a.m, a.n);
+  const int bm = 32 * wm;
+  const size_t smem = wm == 4 ? gemm_smem_bytes<Q>() : wm == 2 ? gemm_smem_bytes<Q, 64>() : gemm_smem_bytes<Q, 32>();
+  const auto kernel = grouped ? gemm_kernel<Q, true> : wm == 4 ? gemm_kernel<Q, false> : wm == 2 ? gemm_kernel<Q, false, 2>
+                                                                                                : gemm_kernel<Q, false, 1>;
+  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(bm))), unsigned(tiles_y));
   cuda::launch(kernel, grid, dim3(kGemmThreads), smem, s, grouped ? "gguf gather gemm" : "gguf gemm", g);
 }
 

@@ -15,8 +15,8 @@
 // 32-bit words among the four lanes of a quad (quad_transpose, four shuffles) turns one layout into
 // the other, and the biased bytes convert with gemm_kernel's own h2_of_biased.
 //
-// Tiling: gemm_kernel's (128 weight rows × 128 activation rows a block, warp (wm, wn) 32 × 64). Per
-// 64-element step a block stages its 8 tiles' repacked words (NVFP4 512 bytes, Q8_0 1024 bytes a
+// Tiling: gemm_kernel's (128 weight rows × 128 activation rows a block, warp (wm, wn) 32 × 64, or the
+// narrower ones of gemm_warp_rows). Per 64-element step a block stages its 8 (4, 2) tiles' repacked words (NVFP4 512 bytes, Q8_0 1024 bytes a
 // tile: one 16-byte word per lane and k16 step pair or quad) and the tile's scale records of the
 // step's 8-step group (128 bytes) with cp.async, in the activations' ring; each lane then reads its
 // A fragments as whole 16-byte words (conflict-free: a warp reads 512 contiguous bytes).
@@ -102,14 +102,13 @@ struct GemmTcQ8 {
   }
 };
 
-constexpr int kGemmTcTiles = kGemmBM / 16;  // tiles a block stages per step
 template <class W>
 __host__ __device__ constexpr int gemm_tc_tile_bytes() {
   return W::kStepBytes + 128;
 }
-template <class W>
+template <class W, int WM = 4>  // WM: gemm_warp_rows' tiling, 2·WM 16-row tiles staged a step
 inline size_t gemm_tc_smem_bytes() {
-  return size_t(kGemmStages) * kGemmBN * kGemmColBytes + size_t(kGemmStages) * kGemmTcTiles * gemm_tc_tile_bytes<W>() +
+  return size_t(kGemmStages) * kGemmBN * kGemmColBytes + size_t(kGemmStages) * 2 * WM * gemm_tc_tile_bytes<W>() +
          3 * kGemmBN * 4;
 }
 
@@ -126,21 +125,23 @@ struct GemmTcArgs {
   int64_t xstride = 0;
 };
 
-// Block (x, y): weight tiles 8x .. 8x + 7, activation rows 128y .. +128; gemm_kernel's loop with the
-// weight ring replaced by the staged repacked words (same slots as the activations' ring).
-template <class W>
+// Block (x, y): weight tiles TT·x .. TT·x + TT − 1 (TT = 2·WM), activation rows 128y .. +128;
+// gemm_kernel's loop (and its tilings) with the weight ring replaced by the staged repacked words
+// (same slots as the activations' ring).
+template <class W, int WM = 4>
 __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcArgs a) {
   using M = Mma<typename W::Q>;
   constexpr int D = kGemmStages, TB = gemm_tc_tile_bytes<W>();
+  constexpr int TT = 2 * WM, BM = 32 * WM, CW = kGemmBN * WM / 8, NT = CW / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* act = smem;
   unsigned char* wring = act + size_t(D) * kGemmBN * kGemmColBytes;
-  int* col_x = reinterpret_cast<int*>(wring + size_t(D) * kGemmTcTiles * TB);
+  int* col_x = reinterpret_cast<int*>(wring + size_t(D) * TT * TB);
   float* col_down = reinterpret_cast<float*>(col_x + 2 * kGemmBN);
 
   const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-  const int wm = warp & 3, wn = warp >> 2;
-  const int64_t o0 = int64_t(blockIdx.x) * kGemmBM, t0 = int64_t(blockIdx.x) * kGemmTcTiles;
+  const int wm = warp % WM, wn = warp / WM;
+  const int64_t o0 = int64_t(blockIdx.x) * BM, t0 = int64_t(blockIdx.x) * TT;
   const int groups = int(a.k / 32), nsteps = (groups + 1) / 2;
   const int64_t octs = a.steps / kTcGroupSteps;
   int ncols = 0;
@@ -148,8 +149,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
   // Step s of the block's tiles (tiles past the last repeat it) into slot s mod D.
   auto issue_w = [&](int s) {
     constexpr int WP = W::kStepBytes / 16, PP = WP + 8;  // 16-byte pieces a tile: words, then records
-    unsigned char* dst = wring + (s % D) * kGemmTcTiles * TB;
-    for (int i = tid; i < kGemmTcTiles * PP; i += kGemmThreads) {
+    unsigned char* dst = wring + (s % D) * TT * TB;
+    for (int i = tid; i < TT * PP; i += kGemmThreads) {
       const int tl = i / PP, pc = i % PP;
       const int64_t t = min(t0 + tl, a.tiles - 1);
       const uint8_t* src = pc < WP ? a.nib + W::word_at(t, a.steps, s) + 16 * pc
@@ -184,12 +185,12 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
     cp_async_commit();
   }
 
-  const int nt_active = ncols > wn * 64 ? min(8, (ncols - wn * 64 + 7) / 8) : 0;  // warp-uniform
-  float acc[2][8][4];
+  const int nt_active = ncols > wn * CW ? min(NT, (ncols - wn * CW + 7) / 8) : 0;  // warp-uniform
+  float acc[2][NT][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
     }
     cp_async_commit();
     if (nt_active == 0) continue;  // warp-uniform: the quad shuffles below see whole warps
-    const unsigned char* wst = wring + (s % D) * kGemmTcTiles * TB;
+    const unsigned char* wst = wring + (s % D) * TT * TB;
     const unsigned char* xst = act + (s % D) * kGemmBN * kGemmColBytes;
 #pragma unroll
     for (int gi = 0; gi < 2; ++gi) {
@@ -211,11 +212,11 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
       float sa[2][2], sb[2][2];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) W::group(wst + (wm * 2 + mt) * TB, s, gi, lane, wa[mt], wb[mt], sa[mt], sb[mt]);
-      gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xst + (wn * 64 + g) * kGemmColBytes + gi * 128 + q * 32, nt_active);
+      gemm_group_mma<M::kScalePerStep>(acc, wa, wb, sa, sb, xst + (wn * CW + g) * kGemmColBytes + gi * 128 + q * 32, nt_active);
     }
   }
   cp_async_wait<0>();  // only empty groups can be pending
-  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * 64 + 2 * q, ncols, a.m, col_x, col_down, a.scale, a.y, a.epilogue);
+  gemm_store(acc, nt_active, o0 + wm * 32 + g, wn * CW + 2 * q, ncols, a.m, col_x, col_down, a.scale, a.y, a.epilogue);
 }
 
 // The workspace of launch_gemm_tc: gemm_cuda.cuh's for a plain matmul of n rows of k (the one-copy
@@ -240,12 +241,23 @@ void launch_gemm_tc_as(const GemmTcArgs& g, const float* x, void* workspace, cud
   cuda::launch(gemm_split_kernel<typename W::Q>, dim3(unsigned(std::min<int64_t>(g.n, 8192))), dim3(256), 0, s,
                "gguf tc gemm split", x, g.k, g.n, a.xstride, reinterpret_cast<unsigned char*>(ws + l.xs),
                reinterpret_cast<float*>(ws + l.xdown));
-  const size_t smem = gemm_tc_smem_bytes<W>();
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_tc_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  static const cudaError_t attr = [] {
+    cudaError_t e = cudaFuncSetAttribute(gemm_tc_kernel<W, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(gemm_tc_smem_bytes<W, 4>()));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(gemm_tc_kernel<W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(gemm_tc_smem_bytes<W, 2>()));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(gemm_tc_kernel<W, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(gemm_tc_smem_bytes<W, 1>()));
+    return e;
+  }();
   cuda::check_cuda(attr, "gguf tc gemm: shared memory attribute");
-  const dim3 grid(unsigned(cuda::ceil_div(g.m, int64_t(kGemmBM))), unsigned(cuda::ceil_div(g.n, int64_t(kGemmBN))));
-  cuda::launch(gemm_tc_kernel<W>, grid, dim3(kGemmThreads), smem, s, "gguf tc gemm", a);
+  const int wm = gemm_warp_rows(g.m, g.n);
+  const size_t smem = wm == 4 ? gemm_tc_smem_bytes<W, 4>() : wm == 2 ? gemm_tc_smem_bytes<W, 2>() : gemm_tc_smem_bytes<W, 1>();
+  const auto kernel = wm == 4 ? gemm_tc_kernel<W, 4> : wm == 2 ? gemm_tc_kernel<W, 2> : gemm_tc_kernel<W, 1>;
+  const dim3 grid(unsigned(cuda::ceil_div(g.m, int64_t(32 * wm))), unsigned(cuda::ceil_div(g.n, int64_t(kGemmBN))));
+  cuda::launch(kernel, grid, dim3(kGemmThreads), smem, s, "gguf tc gemm", a);
 }
 
 // y[n, m] = scale · x[n, k] · Wᵀ (n ≥ 1; GgufCudaTensor sends n ≥ kCudaGemmMinRows) for a repacked

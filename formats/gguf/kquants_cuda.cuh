@@ -35,16 +35,18 @@ struct DecQ8_0 : InOrder {
 };
 
 // ---- Q4_K / Q5_K: d, dmin, scales[12] (6-bit scale and min per 32), [qh[32]], qs[128] ----
-// get_scale_min_k4 for sub-block j from the 12 scale bytes (words s0..s2), times d and dmin.
+// get_scale_min_k4 for sub-block j from the 12 scale bytes (words s0..s2: bytes 0–3, 4–7, 8–11),
+// times d and dmin. Bytes are taken from the words by shifts: an array indexed by the runtime j
+// would live in local memory (a 16-byte stack frame and its loads in every GEMM group).
 TANDEM_HD void k4_scale_min(const uint8_t* b, int j, float& scale, float& min) {
-  uint8_t s[12];
-#pragma unroll
-  for (int i = 0; i < 12; ++i) s[i] = uint8_t(ld8(b + 4 + i));
+  const uint32_t s0 = ld32(b + 4), s1 = ld32(b + 8), s2 = ld32(b + 12);
+  const int sh = 8 * (j & 3);
+  const uint32_t b0 = (s0 >> sh) & 0xFF, b1 = (s1 >> sh) & 0xFF, b2 = (s2 >> sh) & 0xFF;
   int sc, m;
   if (j < 4) {
-    sc = s[j] & 63, m = s[j + 4] & 63;
+    sc = int(b0 & 63), m = int(b1 & 63);  // s[j], s[j + 4]
   } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    sc = int((b2 & 0xF) | ((b0 >> 6) << 4)), m = int((b2 >> 4) | ((b1 >> 6) << 4));  // s[j + 4], s[j − 4], s[j]
   }
   const uint32_t dd = ld32(b);  // d, dmin
   scale = f16_bits(dd & 0xFFFF) * float(sc);

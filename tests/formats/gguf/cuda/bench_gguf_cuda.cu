@@ -152,10 +152,14 @@ void prefill_row(const char* what, const Result& r, int64_t m, int64_t k, int64_
               2.0 * double(m) * double(k) * double(rows) / (ms * 1e-3) / 1e12);
 }
 
-void bench_prefill(cuda::CudaBackend& be) {
+// `only`: a comma-separated list of types to time (empty: every type); `narrow_only`: the short
+// chunks on narrow matrices alone.
+void bench_prefill(cuda::CudaBackend& be, const std::string& only, bool narrow_only = false) {
+  auto wanted = [&](const char* t) { return only.empty() || ("," + only + ",").find("," + std::string(t) + ",") != std::string::npos; };
   std::printf("-- prefill: tensor-core GEMM and grouped gathers (512 tokens) --\n");
   for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S",
                         "IQ2_XS", "IQ2_S", "IQ1_M"}) {
+    if (!wanted(t) || narrow_only) continue;
     for (int64_t n : {64, 512}) {
       const std::string name = std::string(t) + " in_proj [18560, 4096] n=" + std::to_string(n);
       prefill_row(name.c_str(), bench_matmul(be, t, 18560, 4096, n), 18560, 4096, n);
@@ -173,16 +177,18 @@ void bench_prefill(cuda::CudaBackend& be) {
     const char* what;
     int64_t m, k;
   };
-  for (const char* t : {"NVFP4", "Q8_0", "Q4_K"})
+  for (const char* t : {"NVFP4", "Q8_0", "Q4_K"}) {
+    if (!wanted(t)) continue;
     for (Narrow sh : {Narrow{"out_proj", 4096, 8192}, Narrow{"latent down", 1024, 4096}})
-      for (int64_t n : {32, 64, 128, 256, 512}) {
+      for (int64_t n : {32, 128, 512}) {
         const Result r = bench_matmul(be, t, sh.m, sh.k, n);
         const double ms = r.graph_ms > 0 ? r.graph_ms : r.stream_ms;
-        std::printf("%-8s %-12s [%5lld, %5lld] n=%-4lld %3lld blocks  graph %8.1f us  %6.1f TFLOP/s  %6.0f GB/s\n", t,
-                    sh.what, (long long)sh.m, (long long)sh.k, (long long)n,
+        std::printf("%-8s %-12s [%5lld, %5lld] n=%-4lld %3lld tiles of 128  graph %8.1f us  %6.1f TFLOP/s  %6.0f GB/s\n",
+                    t, sh.what, (long long)sh.m, (long long)sh.k, (long long)n,
                     (long long)(((sh.m + 127) / 128) * ((n + 127) / 128)), ms * 1e3,
                     2.0 * double(sh.m) * double(sh.k) * double(n) / (ms * 1e-3) / 1e12, r.gbytes / (ms * 1e-3));
       }
+  }
 }
 
 // Enough copies of `bytes` to rotate past the L2 several times (256 MiB in all).
@@ -467,7 +473,8 @@ void bench_llama(cuda::CudaBackend& be, const Ceilings& c) {
 
 }  // namespace
 
-// Arguments: none (everything), --short (the three decode matrices), --prefill (the prefill GEMMs),
+// Arguments: none (everything), --short (the three decode matrices), --prefill [T1,T2,…] (the prefill
+// GEMMs, of those types only when named), --narrow [T1,…] (its short chunks on narrow matrices alone),
 // --llama (the llama activation mode's IQ2_XXS kernels beside the fp32 ones),
 // --tc (the tensor-core NVFP4 and Q8_0 GEMV beside the fp32 and mma GEMVs, then the IQ2_XXS prototype
 // and its grouped gather beside the fp32 ones).
@@ -483,8 +490,12 @@ int main(int argc, char** argv) {
   ck(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
   cuda::CudaBackend be;
+  if (argc > 1 && std::strcmp(argv[1], "--narrow") == 0) {
+    bench_prefill(be, argc > 2 ? argv[2] : "", true);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--prefill") == 0) {
-    bench_prefill(be);
+    bench_prefill(be, argc > 2 ? argv[2] : "");
     return 0;
   }
   const Ceilings c = measure_ceilings();
@@ -524,6 +535,6 @@ int main(int argc, char** argv) {
   row("IQ2_XXS gather, 16 tokens x 22 experts", bench_gather(be, "IQ2_XXS", 512, 22, 2688, 1024, 16), c);
   row("IQ2_XXS gather [1024, 2560], 1 x 22", bench_gather(be, "IQ2_XXS", 512, 22, 1024, 2560, 1), c);
   row("NVFP4 gather [2688, 1024], 1 x 22", bench_gather(be, "NVFP4", 512, 22, 2688, 1024, 1), c);
-  bench_prefill(be);
+  bench_prefill(be, "");
   return 0;
 }

@@ -2,7 +2,7 @@
 // of more than 16 × 32 items) for the types with a tensor-core decoder, against the CPU kernels on
 // fresh random blocks with poisoned outputs: n = 17, 40, 150, 512 over shapes whose m is not a
 // multiple of the 128-row tile, k = 256 and 4096 and a k of an odd number of 64-element steps; a
-// row's bits independent of n and run to run; n ≤ 16 still the GEMV's bits; the grouped gather with
+// row's bits independent of n, of the block tiling (TANDEM_GGUF_GEMM_WM) and run to run; n ≤ 16 still the GEMV's bits; the grouped gather with
 // ragged groups, experts without rows, one expert taking every row and ids out of range, every
 // epilogue, each gathered row bit-identical to its expert's own GEMM row. For NVFP4 and Q8_0 the
 // one-copy readers (gemm_tc_cuda.cuh: GEMM, get_rows and dequantize from the repacked copy) against
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cuda_probe.h"
 #include "formats/gguf/gguf_format.h"
@@ -91,6 +92,15 @@ TEST_P(GgufGemm, MatchesCpuAndARowsBitsDoNotDependOnN) {
     EXPECT_TRUE(same_bits(ys[3].data(), ys[2].data(), size_t(150 * s.m))) << type << " n 512 vs 150";
     const auto again = run_matmul(*gpu, dx, 150, s.k);
     EXPECT_TRUE(same_bits(again.data(), ys[2].data(), again.size())) << type << " n 150 run to run";
+    // Every block tiling (gemm_warp_rows: 128, 64 or 32 weight rows a block) gives those bits.
+    for (const char* wm : {"1", "2", "4"}) {
+      ::setenv("TANDEM_GGUF_GEMM_WM", wm, 1);
+      const auto yt = run_matmul(*gpu, dx, 150, s.k);
+      const auto yt512 = run_matmul(*gpu, dx, 512, s.k);
+      ::unsetenv("TANDEM_GGUF_GEMM_WM");
+      EXPECT_TRUE(same_bits(yt.data(), ys[2].data(), yt.size())) << type << " n 150, " << wm << " warp rows";
+      EXPECT_TRUE(same_bits(yt512.data(), ys[3].data(), yt512.size())) << type << " n 512, " << wm << " warp rows";
+    }
     // Up to 16 rows: the GEMV's bits (every row as when it is alone), untouched by the GEMM.
     const auto y16 = run_matmul(*gpu, dx, 16, s.k);
     for (int64_t i = 0; i < 16; ++i) {
