@@ -55,6 +55,14 @@ TANDEM_HD uint32_t h2_of_biased(uint32_t b, uint32_t sel) {
 #endif
 }
 
+// The four 4-bit codes of the 16 bits v (b0 lo, b0 hi, b1 lo, b1 hi) through a 16-entry int8 table
+// (t0..t3, four entries a word, in code order) as four bytes, each xored with 0x80 (h2_of_biased's
+// input): two byte permutes on the code's low three bits, then a select on its top bit.
+TANDEM_HD uint32_t lut16_biased(uint32_t v, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
+  const uint32_t l = prmt(t0, t1, v), h = prmt(t2, t3, v);
+  return prmt(l, h, 0x3210u | ((v >> 1) & 0x4444u)) ^ 0x80808080u;
+}
+
 // The four half2 of eight consecutive biased bytes lo (elements 0–3), hi (4–7), in element order.
 __device__ __forceinline__ void h2_run8(uint32_t lo, uint32_t hi, uint32_t (&w)[4]) {
   w[0] = h2_of_biased(lo, 0x4140), w[1] = h2_of_biased(lo, 0x4342);
@@ -123,9 +131,8 @@ struct Mma<DecNVFP4> {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       // Nibbles (b0 lo, b0 hi, b1 lo, b1 hi) through the 16-entry int8 table 2·E2M1, as four bytes.
-      const uint32_t v = ld16(blk + 4 + 16 * hh + 8 * j + 2 * q);
-      const uint32_t l = prmt(0x03020100u, 0x0C080604u, v), h = prmt(0xFDFEFF00u, 0xF4F8FAFCu, v);
-      const uint32_t vals = prmt(l, h, 0x3210u | ((v >> 1) & 0x4444u)) ^ 0x80808080u;
+      const uint32_t vals =
+          lut16_biased(ld16(blk + 4 + 16 * hh + 8 * j + 2 * q), 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
       w[2 * j] = h2_of_biased(vals, 0x4240);      // elements 2q, 2q + 1
       w[2 * j + 1] = h2_of_biased(vals, 0x4341);  // elements 8 + 2q, 9 + 2q
       s[j] = atf(t.e4, ((sc >> (8 * j)) & 0xFFu) << 2);
@@ -199,8 +206,7 @@ struct Mma<DecQ6_K> : MmaFromDec<DecQ6_K> {
 // IQ4_NL / IQ4_XS lane-wise: a 32-element group is 16 bytes, byte i holding element i (low nibble) and
 // 16 + i (high), each code an index into kvalues_iq4nl (int8, exact in fp16), one scale a group (d,
 // or d·(ls − 32)). Lane q takes bytes 2q, 2q + 1 (k-step 0) and 8 + 2q, 9 + 2q (k-step 1): their low
-// nibbles are pair h = 0, their high nibbles pair h = 1. The 16-entry table is two byte permutes and
-// a select on each code's top bit, as NVFP4's.
+// nibbles are pair h = 0, their high nibbles pair h = 1; the codes go through lut16_biased.
 template <class D>
 struct MmaIQ4 {
   static constexpr bool kScalePerStep = false;
@@ -210,16 +216,10 @@ struct MmaIQ4 {
     const int h = e >> 4, r = e & 15, j = r >> 3, v = r & 7;
     q = v >> 1, slot = 4 * j + 2 * h + (v & 1);
   }
-  // The four codes of the 16 bits v (b0 lo, b0 hi, b1 lo, b1 hi) as int8 table values, each xored
-  // with 0x80 (h2_of_biased's input).
-  TANDEM_HD static uint32_t values(uint32_t v) {
-    const uint32_t l = prmt(0xBFAD9881u, 0xF6EADDCFu, v), h = prmt(0x26190D01u, 0x71594535u, v);
-    return prmt(l, h, 0x3210u | ((v >> 1) & 0x4444u)) ^ 0x80808080u;
-  }
   TANDEM_HD static void lanes(const uint8_t* qs, int q, uint32_t (&w)[4]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t vals = values(ld16(qs + 8 * j + 2 * q));
+      const uint32_t vals = lut16_biased(ld16(qs + 8 * j + 2 * q), 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
       w[2 * j] = h2_of_biased(vals, 0x4240);      // elements 8j + 2q, 8j + 2q + 1 (low nibbles)
       w[2 * j + 1] = h2_of_biased(vals, 0x4341);  // elements 16 + 8j + 2q, … + 1 (high nibbles)
     }

@@ -120,6 +120,22 @@ void expect_mma_fragments_match_cpu(const char* type, const void* grid) {
   EXPECT_GT(nonzero, size_t(rows * k / 2)) << type;
 }
 
+// lut16_biased, which NVFP4's and IQ4's lane-wise decoders share: every code in every byte position,
+// against the tables written out (2·E2M1 and kvalues_iq4nl).
+TEST(GgufCudaMmaDecoders, SixteenEntryLookupGivesEachCodesValue) {
+  using namespace kcuda;
+  const int fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int code = 0; code < 16; ++code)
+    for (int pos = 0; pos < 4; ++pos) {
+      const uint32_t v = uint32_t(code) << (4 * pos) | uint32_t((code + 5) & 15) << (4 * ((pos + 1) & 3));
+      const uint32_t a = lut16_biased(v, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
+      const uint32_t b = lut16_biased(v, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
+      EXPECT_EQ(int(int8_t(uint8_t(((a >> (8 * pos)) & 0xFF) ^ 0x80))), fp4[code]) << "code " << code << " pos " << pos;
+      EXPECT_EQ(int(int8_t(uint8_t(((b >> (8 * pos)) & 0xFF) ^ 0x80))), iq4[code]) << "code " << code << " pos " << pos;
+    }
+}
+
 TEST(GgufCudaMmaDecoders, FragmentsEqualTheCpuWeightsBitForBit) {
   using namespace kcuda;
   expect_mma_fragments_match_cpu<DecQ4_K>("Q4_K", nullptr);
