@@ -64,7 +64,7 @@ TANDEM_HD uint32_t lut16_biased(uint32_t v, uint32_t t0, uint32_t t1, uint32_t t
 }
 
 // The four half2 of eight consecutive biased bytes lo (elements 0–3), hi (4–7), in element order.
-__device__ __forceinline__ void h2_run8(uint32_t lo, uint32_t hi, uint32_t (&w)[4]) {
+TANDEM_HD void h2_run8(uint32_t lo, uint32_t hi, uint32_t (&w)[4]) {
   w[0] = h2_of_biased(lo, 0x4140), w[1] = h2_of_biased(lo, 0x4342);
   w[2] = h2_of_biased(hi, 0x4140), w[3] = h2_of_biased(hi, 0x4342);
 }
@@ -196,7 +196,7 @@ struct Mma<DecQ6_K> : MmaFromDec<DecQ6_K> {
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const uint32_t v = ((ld16(ql + 8 * m) >> (4 * (r >> 1))) & 0x0F0Fu) | (((ld16(qh + 8 * m) >> (2 * r)) & 0x0303u) << 4);
-      w[m] = h16(float(int(v & 0xFF) - 32)) | h16(float(int(v >> 8) - 32)) << 16;
+      w[m] = h2_of_biased(v + 0x6060u, 0x4140);  // bytes q + 96 = (q − 32) + 128, no carry (q ≤ 63)
     }
     const float d = f16_bits(ld16(b + 208));
     s[0] = d * float(int(int8_t(ld8(b + 192 + 8 * n + 2 * r))));
@@ -275,11 +275,7 @@ struct Mma<DecK45<kHigh5>> {
       v[0] |= ((ld32(blk + 16 + 8 * q) >> ib) & 0x01010101u) << 4;
       v[1] |= ((ld32(blk + 20 + 8 * q) >> ib) & 0x01010101u) << 4;
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t b = v[i >> 1] >> (16 * (i & 1));
-      w[i] = h16(float(b & 0xFF)) | h16(float((b >> 8) & 0xFF)) << 16;
-    }
+    h2_run8(v[0] | 0x80808080u, v[1] | 0x80808080u, w);  // bytes q + 128 (q ≤ 31), as Q8_0's
     s[0] = s[1] = scale;
     o[0] = o[1] = min;
   }
