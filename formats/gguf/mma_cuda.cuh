@@ -1,5 +1,5 @@
 // The tensor-core decoders of every GGUF CUDA type (Mma<Q>: lane-wise for IQ2_XXS, NVFP4, Q8_0, Q6_K,
-// Q4_K/Q5_K, IQ4_NL/IQ4_XS; MmaFromDec for the other i-quants), which the prefill GEMM (gemm_cuda.cuh) uses,
+// Q4_K/Q5_K, IQ4_NL/IQ4_XS, IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S; MmaFromDec for IQ1_M), which the prefill GEMM (gemm_cuda.cuh) uses,
 // and a tensor-core GEMV for 1–16 activation rows on them (not Q4_K/Q5_K): weights are decoded to
 // their exact small values in fp16 and multiplied
 // on mma.sync m16n8k16 with fp32 accumulation, so extra rows cost little (the fp32 GEMV of
@@ -141,7 +141,7 @@ struct Mma<DecNVFP4> {
 };
 
 // Every other type whose rows decoder yields small exact values and a scale per 16 elements
-// (kExact false: IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_M; Q6_K's placement), through that decoder:
+// (kExact false: IQ1_M; Q6_K's placement), through that decoder:
 // k-step j is half j of the 32-element unit (the decoders give one scale a half), pair h its group h
 // of 8 (at Q::off(j, h)), lane q its elements 2q, 2q + 1. Each lane decodes the whole unit and picks
 // its eight (4× the work of a lane-wise decoder): the prefill GEMM spends it once per 128 activation
@@ -245,10 +245,98 @@ struct Mma<DecIQ4_XS> : MmaIQ4<DecIQ4_XS> {
     s[0] = s[1] = f16_bits(head & 0xFFFF) * float(ls - 32);
   }
 };
-template <> struct Mma<DecIQ2_XS> : MmaFromDec<DecIQ2_XS> {};
-template <> struct Mma<DecIQ2_S> : MmaFromDec<DecIQ2_S> {};
-template <> struct Mma<DecIQ3_XXS> : MmaFromDec<DecIQ3_XXS> {};
-template <> struct Mma<DecIQ3_S> : MmaFromDec<DecIQ3_S> {};
+// The grid i-quants lane-wise. A group of 8 elements is one grid entry (IQ2_XS, IQ2_S: a u64 of 8
+// bytes; IQ3: two u32 of 4) and a sign pattern (Tables::sgn: byte selectors), every grid byte below
+// 128, so a word of four grid bytes w becomes biased signed bytes as prmt(w | 0x80…, 0x80… − w, sel).
+TANDEM_HD uint32_t signed4_biased(uint32_t w, uint32_t sel16) {
+  return prmt(w | 0x80808080u, 0x80808080u - w, sel16);
+}
+TANDEM_HD uint32_t ld16x2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }  // 2-byte aligned blocks
+
+// IQ3_XXS / IQ3_S: one scale a group of 32, lane q takes group q (elements 8q … 8q + 7), as IQ2_XXS.
+// These and IQ2_XS / IQ2_S run tile by tile: both m16 tiles' fragments at once spilled 8–104 bytes at
+// the 128-register bound (ptxas), one at a time none.
+struct MmaIQ3Place {
+  static constexpr bool kScalePerStep = false;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = true;
+  TANDEM_HD static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
+};
+template <>
+struct Mma<DecIQ3_XXS> : MmaIQ3Place {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ3_XXS::kBytes;
+    const int ib = u & 7;
+    const uint32_t ix = ld16(blk + 2 + 8 * ib + 2 * q), a = ld16x2(blk + 66 + 4 * ib);
+    const uint32_t sel = at32(t.sgn, ((a >> (7 * q)) & 127u) << 2);
+    h2_run8(signed4_biased(at32(t.g32, (ix & 0xFF) << 2), sel & 0xFFFF),
+            signed4_biased(at32(t.g32, (ix >> 8) << 2), sel >> 16), w);
+    s[0] = s[1] = f16_bits(ld16(blk)) * (0.5f + float(a >> 28)) * 0.5f;
+  }
+};
+template <>
+struct Mma<DecIQ3_S> : MmaIQ3Place {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ3_S::kBytes;
+    const int ib = u & 7;
+    const uint32_t ix = ld16(blk + 2 + 8 * ib + 2 * q), qh = ld8(blk + 66 + ib) >> (2 * q);
+    const uint32_t sel = at32(t.sgn, ld8(blk + 74 + 4 * ib + q) << 2);
+    const uint32_t o1 = ((ix & 0xFF) | (qh & 1) << 8) << 2, o2 = ((ix >> 8) | (qh & 2) << 7) << 2;
+    h2_run8(signed4_biased(at32(t.g32, o1), sel & 0xFFFF), signed4_biased(at32(t.g32, o2), sel >> 16), w);
+    const uint32_t sc = ld8(blk + 106 + ib / 2);
+    s[0] = s[1] = f16_bits(ld16(blk)) * float(1 + 2 * int((sc >> (4 * (ib % 2))) & 15));
+  }
+};
+
+// IQ2_XS / IQ2_S: a scale a half of 16 (k-step j = half j); lane q takes elements 4q … 4q + 3 of each
+// half, i.e. the low (q even) or high (q odd) word of grid entry 2j + q / 2.
+template <class D>
+struct MmaIQ2Half {
+  static constexpr bool kScalePerStep = true;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kTileByTile = true;
+  TANDEM_HD static void place(int e, int& q, int& slot) {
+    const int j = e >> 4, r = e & 15;
+    q = r >> 2, slot = 4 * j + (r & 3);
+  }
+  // Half j's four values of lane q from its grid entry (offset into Tables::g64) and sign selectors.
+  TANDEM_HD static void half(const Tables& t, uint32_t grid_off, uint32_t sel, int q, int j, uint32_t (&w)[4]) {
+    const uint64_t g = at64(t.g64, grid_off);
+    const uint32_t vals = (q & 1) ? signed4_biased(uint32_t(g >> 32), sel >> 16) : signed4_biased(uint32_t(g), sel & 0xFFFF);
+    w[2 * j] = h2_of_biased(vals, 0x4140), w[2 * j + 1] = h2_of_biased(vals, 0x4342);
+  }
+};
+template <>
+struct Mma<DecIQ2_XS> : MmaIQ2Half<DecIQ2_XS> {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ2_XS::kBytes;
+    const int ib = u & 7;
+    const float d = f16_bits(ld16(blk));
+    const uint32_t sc = ld8(blk + 66 + ib);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t e = ld16(blk + 2 + 8 * ib + 2 * (2 * j + (q >> 1)));  // 9-bit index | 7-bit signs
+      half(t, (e & 511u) << 3, at32(t.sgn, (e >> 9) << 2), q, j, w);
+      s[j] = iq2_scale(d, (sc >> (4 * j)) & 15);
+    }
+  }
+};
+template <>
+struct Mma<DecIQ2_S> : MmaIQ2Half<DecIQ2_S> {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ2_S::kBytes;
+    const int ib = u & 7;
+    const float d = f16_bits(ld16(blk));
+    const uint32_t sc = ld8(blk + 74 + ib), qh = ld8(blk + 66 + ib);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int l = 2 * j + (q >> 1);
+      const uint32_t idx = ld8(blk + 2 + 4 * ib + l) | ((qh >> (2 * l)) & 3) << 8;
+      half(t, idx << 3, at32(t.sgn, ld8(blk + 34 + 4 * ib + l) << 2), q, j, w);
+      s[j] = iq2_scale(d, (sc >> (4 * j)) & 15);
+    }
+  }
+};
 template <> struct Mma<DecIQ1_M> : MmaFromDec<DecIQ1_M> {};
 
 // Q4_K / Q5_K: a weight is scale·q − min (scale = d·sc and min = dmin·m per 32, both exact in fp32;
