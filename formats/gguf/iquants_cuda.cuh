@@ -177,8 +177,8 @@ struct DecIQ1_M : InOrder {
     const uint2 scw = *reinterpret_cast<const uint2*>(b + 48);
     const uint32_t s0 = scw.x & 0xFFFF, s1 = scw.x >> 16, s2 = scw.y & 0xFFFF, s3 = scw.y >> 16;
     u.d = f16_bits((s0 >> 12) | ((s1 >> 8) & 0x00F0) | ((s2 >> 4) & 0x0F00) | (s3 & 0xF000));
-    const uint32_t sc[4] = {s0, s1, s2, s3};
-    u.sc = sc[ib / 2] >> (6 * (ib % 2));
+    // sc[ib / 2] of {s0, s1, s2, s3}, by selection (a runtime-indexed array would sit in local memory)
+    u.sc = (((ib < 4 ? scw.x : scw.y) >> (16 * ((ib >> 1) & 1))) & 0xFFFF) >> (6 * (ib % 2));
     u.qs = ld32(b + 4 * ib);
     u.qh = ld16(b + 32 + 2 * ib);
     return u;

@@ -1,5 +1,6 @@
 // The tensor-core decoders of every GGUF CUDA type (Mma<Q>: lane-wise for IQ2_XXS, NVFP4, Q8_0, Q6_K,
-// Q4_K/Q5_K, IQ4_NL/IQ4_XS, IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S; MmaFromDec for IQ1_M), which the prefill GEMM (gemm_cuda.cuh) uses,
+// Q4_K/Q5_K, IQ4_NL/IQ4_XS, IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S, IQ1_M; MmaFromDec, the generic adapter of a
+// rows decoder, for a new type's first version), which the prefill GEMM (gemm_cuda.cuh) uses,
 // and a tensor-core GEMV for 1–16 activation rows on them (not Q4_K/Q5_K): weights are decoded to
 // their exact small values in fp16 and multiplied
 // on mma.sync m16n8k16 with fp32 accumulation, so extra rows cost little (the fp32 GEMV of
@@ -141,7 +142,7 @@ struct Mma<DecNVFP4> {
 };
 
 // Every other type whose rows decoder yields small exact values and a scale per 16 elements
-// (kExact false: IQ1_M; Q6_K's placement), through that decoder:
+// (kExact false; Q6_K's placement), through that decoder:
 // k-step j is half j of the 32-element unit (the decoders give one scale a half), pair h its group h
 // of 8 (at Q::off(j, h)), lane q its elements 2q, 2q + 1. Each lane decodes the whole unit and picks
 // its eight (4× the work of a lane-wise decoder): the prefill GEMM spends it once per 128 activation
@@ -337,7 +338,40 @@ struct Mma<DecIQ2_S> : MmaIQ2Half<DecIQ2_S> {
     }
   }
 };
-template <> struct Mma<DecIQ1_M> : MmaFromDec<DecIQ1_M> {};
+// IQ1_M lane-wise: MmaIQ2Half's placement (a 3-bit sub-scale a half of 16; lane q the low or high
+// word of grid entry 2j + q / 2). Grid bytes are int8 −1, 0, 1; each group of 8 adds its shift ±1/8,
+// exact in fp16, after the biased-byte conversion.
+TANDEM_HD uint32_t h2_plus(uint32_t h2, float delta) {
+#ifdef __CUDA_ARCH__
+  const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&h2), __float2half2_rn(delta));
+  return *reinterpret_cast<const uint32_t*>(&r);
+#else
+  return h16(f16_bits(h2 & 0xFFFF) + delta) | h16(f16_bits(h2 >> 16) + delta) << 16;
+#endif
+}
+template <>
+struct Mma<DecIQ1_M> : MmaIQ2Half<DecIQ1_M> {
+  TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
+    const uint8_t* blk = c + (u >> 3) * DecIQ1_M::kBytes;
+    const int ib = u & 7;
+    const DecIQ1_M::Unit un = DecIQ1_M::load(blk, ib);  // d, the unit's sub-scale bits, qs, qh
+    const uint32_t sc = un.sc, qs = un.qs, qh = un.qh;
+    const float d = un.d;
+    const int g = q >> 1;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int l = 2 * j + g;
+      const uint32_t h = (qh >> (8 * j)) & 255;  // groups 2j, 2j + 1 share qh byte j
+      const float delta = ((h >> (g ? 7 : 3)) & 1) ? -0.125f : 0.125f;
+      const uint32_t off = (shr(qs, 8 * l - 3) & 0x7F8) | (shr(h, g ? -7 : -11) & 0x3800);
+      const uint64_t e = at64(t.g64, off);
+      const uint32_t vals = ((q & 1) ? uint32_t(e >> 32) : uint32_t(e)) ^ 0x80808080u;
+      w[2 * j] = h2_plus(h2_of_biased(vals, 0x4140), delta);
+      w[2 * j + 1] = h2_plus(h2_of_biased(vals, 0x4342), delta);
+      s[j] = d * float(2 * int((sc >> (3 * j)) & 7) + 1);
+    }
+  }
+};
 
 // Q4_K / Q5_K: a weight is scale·q − min (scale = d·sc and min = dmin·m per 32, both exact in fp32;
 // q in 0 … 15 or 0 … 31), so a group's dot product is scale·Σ q·x − min·Σ x: the GEMM takes Σ x per
