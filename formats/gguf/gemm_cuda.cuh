@@ -10,8 +10,8 @@
 // weights are decoded to their exact small values as in the tensor-core GEMV. Per 32-element group
 // (per 16 where the type scales per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32,
 // and the warp folds the group in as acc = fma(s, t, acc), groups in k order (Q4_K/Q5_K also
-// acc = fma(−min, Σ x', acc), Σ x' summed once per row and group by the split kernel); the row's power of two and the tensor's
-// scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
+// acc = fma(−min, Σ x', acc), Σ x' summed once per row and group by the split kernel); the row's
+// power of two and the tensor's scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
 // largest where fp16 runs out of range): far below the fp32 rounding of the sums.
 // Each output depends only on its weight row, its activation row and k — not on n, on the tile or on
 // which rows share it — so a row has the same bits in every prefill pass and in the grouped gather
@@ -224,9 +224,9 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
 // Block (x, y): weight rows BM·x .. +BM (BM = 32·WM) and activation tile y (the rows 128·y .. +128 of
 // x; grouped: tile y of the plan, up to 128 items of one expert). Warp (wm, wn) computes 32 weight
 // rows × CW columns (CW = 128·WM / 8): per group it decodes its two m16 tiles' A fragments from the
-// weight ring and runs them against up to CW / 8 n8 tiles of staged activations. Weights arrive in chunks of whole blocks, the
-// activations in steps of 64 elements, both through cp.async rings; a step's group sums fold into the
-// accumulators in k order.
+// weight ring and runs them against up to CW / 8 n8 tiles of staged activations. Weights arrive in
+// chunks of whole blocks, the activations in steps of 64 elements, both through cp.async rings; a
+// step's group sums fold into the accumulators in k order.
 template <class Q, bool Grouped, int WM = 4>
 __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a) {
   using M = Mma<Q>;
@@ -463,11 +463,11 @@ void gemm_entry(const CudaMatmulArgs& a, void* workspace, cudaStream_t s) {
   }
   // Grouped gathers keep the 128-row tiling: their plan's tiles already spread over the experts.
   const int wm = grouped ? 4 : gemm_warp_rows(a.m, a.n);
-  const int bm = 32 * wm;
-  const size_t smem = wm == 4 ? gemm_smem_bytes<Q>() : wm == 2 ? gemm_smem_bytes<Q, 64>() : gemm_smem_bytes<Q, 32>();
-  const auto kernel = grouped ? gemm_kernel<Q, true> : wm == 4 ? gemm_kernel<Q, false> : wm == 2 ? gemm_kernel<Q, false, 2>
-                                                                                                : gemm_kernel<Q, false, 1>;
-  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(bm))), unsigned(tiles_y));
+  auto kernel = grouped ? gemm_kernel<Q, true> : gemm_kernel<Q, false>;
+  size_t smem = gemm_smem_bytes<Q>();
+  if (wm == 2) kernel = gemm_kernel<Q, false, 2>, smem = gemm_smem_bytes<Q, 64>();
+  if (wm == 1) kernel = gemm_kernel<Q, false, 1>, smem = gemm_smem_bytes<Q, 32>();
+  const dim3 grid(unsigned(cuda::ceil_div(a.m, int64_t(32 * wm))), unsigned(tiles_y));
   cuda::launch(kernel, grid, dim3(kGemmThreads), smem, s, grouped ? "gguf gather gemm" : "gguf gemm", g);
 }
 

@@ -16,10 +16,11 @@
 // the other, and the biased bytes convert with gemm_kernel's own h2_of_biased.
 //
 // Tiling: gemm_kernel's (128 weight rows × 128 activation rows a block, warp (wm, wn) 32 × 64, or the
-// narrower ones of gemm_warp_rows). Per 64-element step a block stages its 8 (4, 2) tiles' repacked words (NVFP4 512 bytes, Q8_0 1024 bytes a
-// tile: one 16-byte word per lane and k16 step pair or quad) and the tile's scale records of the
-// step's 8-step group (128 bytes) with cp.async, in the activations' ring; each lane then reads its
-// A fragments as whole 16-byte words (conflict-free: a warp reads 512 contiguous bytes).
+// narrower ones of gemm_warp_rows). Per 64-element step a block stages its 8 (4, 2) tiles' repacked
+// words (NVFP4 512 bytes, Q8_0 1024 bytes a tile: one 16-byte word per lane and k16 step pair or quad)
+// and the tile's scale records of the step's 8-step group (128 bytes) with cp.async, in the
+// activations' ring; each lane then reads its A fragments as whole 16-byte words (conflict-free: a
+// warp reads 512 contiguous bytes).
 #pragma once
 #include "formats/gguf/gemm_cuda.cuh"
 #include "formats/gguf/gemv_tc_cuda.cuh"
@@ -254,8 +255,10 @@ void launch_gemm_tc_as(const GemmTcArgs& g, const float* x, void* workspace, cud
   }();
   cuda::check_cuda(attr, "gguf tc gemm: shared memory attribute");
   const int wm = gemm_warp_rows(g.m, g.n);
-  const size_t smem = wm == 4 ? gemm_tc_smem_bytes<W, 4>() : wm == 2 ? gemm_tc_smem_bytes<W, 2>() : gemm_tc_smem_bytes<W, 1>();
-  const auto kernel = wm == 4 ? gemm_tc_kernel<W, 4> : wm == 2 ? gemm_tc_kernel<W, 2> : gemm_tc_kernel<W, 1>;
+  auto kernel = gemm_tc_kernel<W, 4>;
+  size_t smem = gemm_tc_smem_bytes<W, 4>();
+  if (wm == 2) kernel = gemm_tc_kernel<W, 2>, smem = gemm_tc_smem_bytes<W, 2>();
+  if (wm == 1) kernel = gemm_tc_kernel<W, 1>, smem = gemm_tc_smem_bytes<W, 1>();
   const dim3 grid(unsigned(cuda::ceil_div(g.m, int64_t(32 * wm))), unsigned(cuda::ceil_div(g.n, int64_t(kGemmBN))));
   cuda::launch(kernel, grid, dim3(kGemmThreads), smem, s, "gguf tc gemm", a);
 }

@@ -303,7 +303,8 @@ struct MmaIQ2Half {
   // Half j's four values of lane q from its grid entry (offset into Tables::g64) and sign selectors.
   TANDEM_HD static void half(const Tables& t, uint32_t grid_off, uint32_t sel, int q, int j, uint32_t (&w)[4]) {
     const uint64_t g = at64(t.g64, grid_off);
-    const uint32_t vals = (q & 1) ? signed4_biased(uint32_t(g >> 32), sel >> 16) : signed4_biased(uint32_t(g), sel & 0xFFFF);
+    const uint32_t vals =
+        (q & 1) ? signed4_biased(uint32_t(g >> 32), sel >> 16) : signed4_biased(uint32_t(g), sel & 0xFFFF);
     w[2 * j] = h2_of_biased(vals, 0x4140), w[2 * j + 1] = h2_of_biased(vals, 0x4342);
   }
 };

@@ -155,7 +155,9 @@ void prefill_row(const char* what, const Result& r, int64_t m, int64_t k, int64_
 // `only`: a comma-separated list of types to time (empty: every type); `narrow_only`: the short
 // chunks on narrow matrices alone.
 void bench_prefill(cuda::CudaBackend& be, const std::string& only, bool narrow_only = false) {
-  auto wanted = [&](const char* t) { return only.empty() || ("," + only + ",").find("," + std::string(t) + ",") != std::string::npos; };
+  auto wanted = [&](const char* t) {
+    return only.empty() || ("," + only + ",").find("," + std::string(t) + ",") != std::string::npos;
+  };
   std::printf("-- prefill: tensor-core GEMM and grouped gathers (512 tokens) --\n");
   for (const char* t : {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S",
                         "IQ2_XS", "IQ2_S", "IQ1_M"}) {
