@@ -1,9 +1,10 @@
 // The CUDA decoders (formats/gguf/kquants_cuda.cuh, iquants_cuda.cuh) run on the host, their few
 // intrinsics emulated, against the CPU kernels: every value that dequantize and get_rows write, bit
 // for bit, for every block type with CUDA kernels, on fresh random valid blocks. Also the tensor-core
-// fragments of the host-callable Mma decoders (mma_cuda.cuh: MmaFromDec and Q4_K/Q5_K's): each of a
-// group's 32 elements at exactly one (lane, slot), its fp16 value exact, and value · scale (− min)
-// the CPU's weight bit for bit. No GPU needed.
+// fragments of the host-callable Mma decoders (mma_cuda.cuh: every type but IQ2_XXS, NVFP4 and Q8_0,
+// whose decoders use device-only loads and are checked on the GPU): each of a group's 32 elements at
+// exactly one (lane, slot), its fp16 value exact, and value · scale (− min) the CPU's weight bit for
+// bit; and the 16-entry code lookup NVFP4 and IQ4 share. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstring>
