@@ -460,12 +460,7 @@ void set_prefill_impl(PrefillImpl impl) { prefill_impl_ref() = impl; }
 
 int gemv_splits(int64_t k, int64_t n, bool gather) {
   const int tiles_k = int(k / 16), blocks_x = int((n / 16 + kGemvWarps - 1) / kGemvWarps);
-  static const double sms = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return double(std::max(1, count));
-  }();
+  const double sms = double(std::max(1, cuda::sm_count()));
   // A gather launches a block column per row: cost it for the 8 rows of a typical decode step (a
   // fixed guess, so that the split count stays a function of the shape alone).
   const int64_t cols = int64_t(blocks_x) * (gather ? 8 : 1);

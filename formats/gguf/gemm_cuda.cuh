@@ -11,8 +11,9 @@
 // (per 16 where the type scales per 16) the tensor cores sum q·hi + q·lo, every product exact in fp32,
 // and the warp folds the group in as acc = fma(s, t, acc), groups in k order (Q4_K/Q5_K also
 // acc = fma(−min, Σ x', acc), Σ x' summed once per row and group by the split kernel); the row's
-// power of two and the tensor's scale multiply once at the end. An element keeps ~22 significant bits (absolute 2^−38 of its row's
-// largest where fp16 runs out of range): far below the fp32 rounding of the sums.
+// power of two and the tensor's scale multiply once at the end. An element keeps ~22 significant
+// bits (absolute 2^−38 of its row's largest where fp16 runs out of range): far below the fp32
+// rounding of the sums.
 // Each output depends only on its weight row, its activation row and k — not on n, on the tile or on
 // which rows share it — so a row has the same bits in every prefill pass and in the grouped gather
 // (a gathered row equals its expert's GEMM row). They are not the decode GEMVs' bits (another order).
@@ -72,22 +73,22 @@ inline size_t gemm_smem_bytes() {
 // 870 — one wave of 8-warp blocks an SM idles half the machine, two waves of 32-row blocks pay their
 // extra decoding. TANDEM_GGUF_GEMM_WM (1, 2 or 4; read at each call, so that tests can switch it)
 // forces one.
-inline int gemm_sm_count() {
-  static const int n = [] {
-    int dev = 0, c = 0;
-    cuda::check_cuda(cudaGetDevice(&dev), "gguf gemm: device");
-    cuda::check_cuda(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev), "gguf gemm: SM count");
-    return c;
-  }();
-  return n;
-}
+// A tiling's shape: BM weight rows a block, warps of 32 rows × CW columns (NT n8 tiles), and how
+// many of warp column wn's n8 tiles hold some of a tile's ncols columns (warp-uniform).
+template <int WM>
+struct GemmTiling {
+  static constexpr int BM = 32 * WM, CW = kGemmBN * WM / 8, NT = CW / 8;
+  __device__ static int nt_active(int ncols, int wn) {
+    return ncols > wn * CW ? min(NT, (ncols - wn * CW + 7) / 8) : 0;
+  }
+};
 inline int gemm_warp_rows(int64_t m, int64_t n) {
   if (const char* f = std::getenv("TANDEM_GGUF_GEMM_WM"); f && *f) {
     const int v = std::atoi(f);
     check(v == 1 || v == 2 || v == 4, "TANDEM_GGUF_GEMM_WM is '", f, "', expected 1, 2 or 4");
     return v;
   }
-  const int64_t col_tiles = cuda::ceil_div(n, int64_t(kGemmBN)), sms = gemm_sm_count();
+  const int64_t col_tiles = cuda::ceil_div(n, int64_t(kGemmBN)), sms = cuda::sm_count();
   for (int wm : {4, 2})
     if (5 * cuda::ceil_div(m, int64_t(32 * wm)) * col_tiles >= 9 * sms) return wm;
   return 1;
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(256) gemm_split_kernel(const float* x, int64_t
 template <class Q, bool Grouped, int WM = 4>
 __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a) {
   using M = Mma<Q>;
-  constexpr int BM = 32 * WM, CW = kGemmBN * WM / 8, NT = CW / 8;
+  using T = GemmTiling<WM>;
+  constexpr int BM = T::BM, CW = T::CW, NT = T::NT;
   constexpr int CB = gemm_chunk_bytes<Q>(), SB = gemm_wrow_bytes<Q>(), SPC = gemm_steps_per_chunk<Q>();
   constexpr int WS = gemm_wslots<Q>(), D = kGemmStages;
   constexpr int PPR = (15 + CB + 15) / 16;  // 16-byte pieces that cover a row's chunk at any misalignment
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_kernel(const GemmArgs a)
   for (int i = 0; i < 4; ++i)
     rbase[i] = uint32_t(reinterpret_cast<uintptr_t>(w + min(o0 + wm * 32 + (i >> 1) * 16 + g + 8 * (i & 1), p.m - 1) *
                                                             row_bytes));
-  const int nt_active = ncols > wn * CW ? min(NT, (ncols - wn * CW + 7) / 8) : 0;  // warp-uniform
+  const int nt_active = T::nt_active(ncols, wn);
   float acc[2][NT][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)

@@ -133,7 +133,8 @@ template <class W, int WM = 4>
 __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcArgs a) {
   using M = Mma<typename W::Q>;
   constexpr int D = kGemmStages, TB = gemm_tc_tile_bytes<W>();
-  constexpr int TT = 2 * WM, BM = 32 * WM, CW = kGemmBN * WM / 8, NT = CW / 8;
+  using T = GemmTiling<WM>;
+  constexpr int TT = 2 * WM, BM = T::BM, CW = T::CW, NT = T::NT;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* act = smem;
   unsigned char* wring = act + size_t(D) * kGemmBN * kGemmColBytes;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2) gemm_tc_kernel(const GemmTcAr
     cp_async_commit();
   }
 
-  const int nt_active = ncols > wn * CW ? min(NT, (ncols - wn * CW + 7) / 8) : 0;  // warp-uniform
+  const int nt_active = T::nt_active(ncols, wn);
   float acc[2][NT][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)

@@ -520,13 +520,7 @@ inline int tc_blocks_per_sm(TcType type, int nt) {
 
 // Tiles per warp for this device: every (tile, slice) once, with the grid resident at once.
 inline int tc_tiles_per_warp(const TcShape& s, int nt) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cuda::check_cuda(cudaGetDevice(&dev), "gguf tc gemv: device");
-    cuda::check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "gguf tc gemv: SM count");
-    return n;
-  }();
-  const int64_t warps = int64_t(sms) * tc_blocks_per_sm(s.type, nt) * kTcWarps;
+  const int64_t warps = int64_t(cuda::sm_count()) * tc_blocks_per_sm(s.type, nt) * kTcWarps;
   return int(std::max<int64_t>(1, (s.tiles * s.slices + warps - 1) / warps));
 }
 

@@ -417,12 +417,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) gemv_tc_iq2_kernel(Iq2TcArgs p)
 
 // Tiles per warp for this device: every (tile, slice, item) once, with the grid resident at once.
 inline int iq2tc_tiles_per_warp(const Iq2TcShape& s, int nt, int64_t items) {
-  static int sms = 0, per_sm[3] = {0, 0, 0};
-  if (sms == 0) {
-    int dev = 0;
-    cuda::check_cuda(cudaGetDevice(&dev), "gguf tc gemv iq2: device");
-    cuda::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "gguf tc gemv iq2: SM count");
-  }
+  static int per_sm[3] = {0, 0, 0};
+  const int sms = cuda::sm_count();
   if (per_sm[nt] == 0) {
     auto kernel = nt == 1 ? gemv_tc_iq2_kernel<1, false> : gemv_tc_iq2_kernel<2, false>;
     cuda::check_cuda(

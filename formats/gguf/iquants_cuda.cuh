@@ -102,6 +102,15 @@ struct DecIQ2_S : InOrder {
   }
 };
 
+// IQ3_XXS's scale from d and the unit's sign word a (scale in its top 4 bits); IQ3_S's for unit ib.
+TANDEM_HD float iq3xxs_scale(const uint8_t* b, uint32_t a) {
+  return f16_bits(ld16(b)) * (0.5f + float(a >> 28)) * 0.5f;
+}
+TANDEM_HD float iq3s_scale(const uint8_t* b, int ib) {
+  const uint32_t sc = ld8(b + 106 + ib / 2);
+  return f16_bits(ld16(b)) * float(1 + 2 * int((sc >> (4 * (ib % 2))) & 15));
+}
+
 // ---- IQ3_XXS: d, qs[64] grid indices (two u32 entries per group), 8 u32: four 7-bit signs + scale ----
 struct DecIQ3_XXS : InOrder {
   static constexpr int kElems = 256, kBytes = 98, kGridBytes = 256 * 4, kSigns = 7, kLut = 0;
@@ -116,7 +125,7 @@ struct DecIQ3_XXS : InOrder {
     uint32_t a[1];
     ld32_run<1>(b + 66 + 4 * ib, a);
     u.a = a[0];
-    u.db = f16_bits(ld16(b)) * (0.5f + float(u.a >> 28)) * 0.5f;
+    u.db = iq3xxs_scale(b, u.a);
     return u;
   }
   template <int P>
@@ -146,8 +155,7 @@ struct DecIQ3_S : InOrder {
     ld32_run<1>(b + 74 + 4 * ib, w);
     u.signs = w[0];
     u.qh = ld8(b + 66 + ib);
-    const uint32_t sc = ld8(b + 106 + ib / 2);
-    u.db = f16_bits(ld16(b)) * float(1 + 2 * int((sc >> (4 * (ib % 2))) & 15));
+    u.db = iq3s_scale(b, ib);
     return u;
   }
   template <int P>
@@ -183,23 +191,29 @@ struct DecIQ1_M : InOrder {
     u.qh = ld16(b + 32 + 2 * ib);
     return u;
   }
+  // Group g of half P (group 2P + g of the unit): its grid entry, and its shift ±1/8 in delta.
+  TANDEM_HD static uint64_t entry(const Unit& u, const Tables& t, int P, int g, float& delta) {
+    const uint32_t h = (u.qh >> (8 * P)) & 255;  // groups 2P, 2P+1 share qh byte P
+    delta = ((h >> (g ? 7 : 3)) & 1) ? -0.125f : 0.125f;
+    return at64(t.g64, (shr(u.qs, 8 * (2 * P + g) - 3) & 0x7F8) | (shr(h, g ? -7 : -11) & 0x3800));
+  }
+  // Groups 0–1 take the low 3-bit sub-scale of the unit's six bits, groups 2–3 the next three.
+  TANDEM_HD static float half_scale(const Unit& u, int P) {
+    return u.d * float(2 * int((u.sc >> (3 * P)) & 7) + 1);
+  }
   template <int P>
   TANDEM_HD static void half(const Unit& u, const Tables& t, float (&q)[16], float (&s)[2]) {
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
-      const int l = 2 * P + g;
-      const uint32_t h = (u.qh >> (8 * P)) & 255;  // groups 2P, 2P+1 share qh byte P
-      const float delta = ((h >> (g ? 7 : 3)) & 1) ? -0.125f : 0.125f;
-      const uint32_t off = (shr(u.qs, 8 * l - 3) & 0x7F8) | (shr(h, g ? -7 : -11) & 0x3800);
-      const uint64_t e = at64(t.g64, off);
+      float delta;
+      const uint64_t e = entry(u, t, P, g, delta);
       const uint32_t lo = uint32_t(e) ^ 0x80808080u, hi = uint32_t(e >> 32) ^ 0x80808080u;
       float* o = q + 8 * g;
       o[0] = byte_s<0>(lo) + delta, o[1] = byte_s<1>(lo) + delta, o[2] = byte_s<2>(lo) + delta;
       o[3] = byte_s<3>(lo) + delta, o[4] = byte_s<0>(hi) + delta, o[5] = byte_s<1>(hi) + delta;
       o[6] = byte_s<2>(hi) + delta, o[7] = byte_s<3>(hi) + delta;
     }
-    // Groups 0–1 take the low 3-bit sub-scale of the unit's six bits, groups 2–3 the next three.
-    s[0] = s[1] = u.d * float(2 * int((u.sc >> (3 * P)) & 7) + 1);
+    s[0] = s[1] = half_scale(u, P);
   }
 };
 

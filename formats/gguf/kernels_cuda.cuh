@@ -85,6 +85,7 @@ TANDEM_HD float ue4m3_half(uint32_t x) {
 TANDEM_HD uint32_t ld8(const uint8_t* p) { return *p; }
 TANDEM_HD uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 TANDEM_HD uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+TANDEM_HD uint32_t ld16x2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }  // a u32 at 2-byte alignment
 
 // N consecutive u32 words starting at a 2-byte aligned address: N+1 aligned loads and a funnel shift
 // each. Reads up to 4 bytes past the last word; buffers keep slack for it.
@@ -123,12 +124,16 @@ TANDEM_HD float byte_s(uint32_t w_xor80) {
   return byte_minus<B>(w_xor80, 8388736.0f);  // 2^23 + 128
 }
 
-// 8 grid bytes (lo = elements 0–3, hi = 4–7, every byte < 128) with their signs, through a selector
-// pair from Tables::sgn: __byte_perm picks each byte from 128 + g or 128 − g (no carries or borrows
-// between bytes), and the exponent trick takes the 128 off again.
+// Four grid bytes w (every byte < 128) with their signs, through one half of a selector pair from
+// Tables::sgn: __byte_perm picks each byte from 128 + g or 128 − g (no carries or borrows between
+// bytes), so the result is the signed values biased by 128.
+TANDEM_HD uint32_t signed4_biased(uint32_t w, uint32_t sel16) {
+  return prmt(w | 0x80808080u, 0x80808080u - w, sel16);
+}
+// 8 grid bytes (lo = elements 0–3, hi = 4–7) with their signs (selectors sel & 0xFFFF, sel >> 16);
+// the exponent trick takes the 128 off again.
 TANDEM_HD void grid8_signed(uint32_t lo, uint32_t hi, uint32_t sel, float* q) {
-  const uint32_t a = prmt(lo | 0x80808080u, 0x80808080u - lo, sel & 0xFFFF);
-  const uint32_t b = prmt(hi | 0x80808080u, 0x80808080u - hi, sel >> 16);
+  const uint32_t a = signed4_biased(lo, sel & 0xFFFF), b = signed4_biased(hi, sel >> 16);
   q[0] = byte_s<0>(a), q[1] = byte_s<1>(a), q[2] = byte_s<2>(a), q[3] = byte_s<3>(a);
   q[4] = byte_s<0>(b), q[5] = byte_s<1>(b), q[6] = byte_s<2>(b), q[7] = byte_s<3>(b);
 }

@@ -165,6 +165,14 @@ struct DecIQ4_NL : NibbleSplit16 {
   }
 };
 
+// Sub-block ib's scale d·(ls − 32): its 6-bit ls from scales_l and scales_h (block 8-byte aligned).
+TANDEM_HD float iq4xs_scale(const uint8_t* b, int ib) {
+  const uint32_t head = ld32(b);  // d, scales_h
+  const uint32_t sl = ld8(b + 4 + ib / 2);
+  const int ls = int((sl >> (4 * (ib % 2))) & 0xF) | int(((head >> 16 >> (2 * ib)) & 3) << 4);
+  return f16_bits(head & 0xFFFF) * float(ls - 32);
+}
+
 struct DecIQ4_XS : NibbleSplit16 {
   static constexpr int kElems = 256, kBytes = 136, kGridBytes = 0, kSigns = 0, kLut = 1;
   static constexpr bool kExact = false;
@@ -174,10 +182,7 @@ struct DecIQ4_XS : NibbleSplit16 {
   };
   TANDEM_HD static Unit load(const uint8_t* b, int ib) {
     Unit u;
-    const uint32_t head = ld32(b);  // d, scales_h
-    const uint32_t sl = ld8(b + 4 + ib / 2);
-    const int ls = int((sl >> (4 * (ib % 2))) & 0xF) | int(((head >> 16 >> (2 * ib)) & 3) << 4);
-    u.dl = f16_bits(head & 0xFFFF) * float(ls - 32);
+    u.dl = iq4xs_scale(b, ib);
     const uint2 a = *reinterpret_cast<const uint2*>(b + 8 + 16 * ib);
     const uint2 c = *reinterpret_cast<const uint2*>(b + 16 + 16 * ib);
     u.w[0] = a.x, u.w[1] = a.y, u.w[2] = c.x, u.w[3] = c.y;

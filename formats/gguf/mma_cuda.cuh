@@ -73,42 +73,41 @@ TANDEM_HD void h2_run8(uint32_t lo, uint32_t hi, uint32_t (&w)[4]) {
 template <class Q>
 struct Mma;
 
+// The placement of every decoder whose lane holds one run of eight elements: lane q takes elements
+// 8q … 8q + 7 of the group in order (Q8_0, IQ2_XXS, IQ3_XXS/IQ3_S, Q4_K/Q5_K).
+struct PlaceRunsOf8 {
+  TANDEM_HD static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
+};
+
 // IQ2_XXS: a 32-element group is one unit (8 bytes: four grid indices, then four 7-bit signs and the
 // 4-bit scale); lane q takes grid entry q = elements 8q .. 8q + 7.
 template <>
-struct Mma<DecIQ2_XXS> {
+struct Mma<DecIQ2_XXS> : PlaceRunsOf8 {
   static constexpr bool kScalePerStep = false;
   static constexpr bool kHasMin = false;
   static constexpr bool kTileByTile = false;
-  __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ2_XXS::kBytes;
     const uint8_t* unit = blk + 2 + 8 * (u & 7);
     const uint32_t idx = ld8(unit + q);
-    const uint32_t a1 = ld16(unit + 4) | ld16(unit + 6) << 16;
+    const uint32_t a1 = ld16x2(unit + 4);
     const uint64_t gr = at64(t.g64, idx << 3);
     const uint32_t sel = at32(t.sgn, ((a1 >> (7 * q)) & 127u) << 2);
-    const uint32_t lo = uint32_t(gr), hi = uint32_t(gr >> 32);
-    const uint32_t a = prmt(lo | 0x80808080u, 0x80808080u - lo, sel & 0xFFFF);
-    const uint32_t b = prmt(hi | 0x80808080u, 0x80808080u - hi, sel >> 16);
-    h2_run8(a, b, w);
+    h2_run8(signed4_biased(uint32_t(gr), sel & 0xFFFF), signed4_biased(uint32_t(gr >> 32), sel >> 16), w);
     s[0] = s[1] = iq2_scale(f16_bits(ld16(blk)), a1 >> 28);
   }
 };
 
 // Q8_0: a group is one block (fp16 d, 32 int8); lane q takes bytes 8q .. 8q + 7.
 template <>
-struct Mma<DecQ8_0> {
+struct Mma<DecQ8_0> : PlaceRunsOf8 {
   static constexpr bool kScalePerStep = false;
   static constexpr bool kHasMin = false;
   static constexpr bool kTileByTile = false;
-  __device__ static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   __device__ static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + u * DecQ8_0::kBytes;
     const uint8_t* v = blk + 2 + 8 * q;
-    const uint32_t lo = (ld16(v) | ld16(v + 2) << 16) ^ 0x80808080u;
-    const uint32_t hi = (ld16(v + 4) | ld16(v + 6) << 16) ^ 0x80808080u;
-    h2_run8(lo, hi, w);
+    h2_run8(ld16x2(v) ^ 0x80808080u, ld16x2(v + 4) ^ 0x80808080u, w);
     s[0] = s[1] = f16_bits(ld16(blk));
   }
 };
@@ -208,7 +207,6 @@ struct Mma<DecQ6_K> : MmaFromDec<DecQ6_K> {
 // 16 + i (high), each code an index into kvalues_iq4nl (int8, exact in fp16), one scale a group (d,
 // or d·(ls − 32)). Lane q takes bytes 2q, 2q + 1 (k-step 0) and 8 + 2q, 9 + 2q (k-step 1): their low
 // nibbles are pair h = 0, their high nibbles pair h = 1; the codes go through lut16_biased.
-template <class D>
 struct MmaIQ4 {
   static constexpr bool kScalePerStep = false;
   static constexpr bool kHasMin = false;
@@ -227,7 +225,7 @@ struct MmaIQ4 {
   }
 };
 template <>
-struct Mma<DecIQ4_NL> : MmaIQ4<DecIQ4_NL> {
+struct Mma<DecIQ4_NL> : MmaIQ4 {
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + u * DecIQ4_NL::kBytes;
     lanes(blk + 2, q, w);
@@ -235,33 +233,25 @@ struct Mma<DecIQ4_NL> : MmaIQ4<DecIQ4_NL> {
   }
 };
 template <>
-struct Mma<DecIQ4_XS> : MmaIQ4<DecIQ4_XS> {
+struct Mma<DecIQ4_XS> : MmaIQ4 {
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ4_XS::kBytes;
     const int ib = u & 7;
-    const uint32_t head = ld16(blk) | ld16(blk + 2) << 16;  // d, scales_h
-    const uint32_t sl = ld8(blk + 4 + ib / 2);
-    const int ls = int((sl >> (4 * (ib % 2))) & 0xF) | int(((head >> 16 >> (2 * ib)) & 3) << 4);
     lanes(blk + 8 + 16 * ib, q, w);
-    s[0] = s[1] = f16_bits(head & 0xFFFF) * float(ls - 32);
+    s[0] = s[1] = iq4xs_scale(blk, ib);
   }
 };
 // The grid i-quants lane-wise. A group of 8 elements is one grid entry (IQ2_XS, IQ2_S: a u64 of 8
-// bytes; IQ3: two u32 of 4) and a sign pattern (Tables::sgn: byte selectors), every grid byte below
-// 128, so a word of four grid bytes w becomes biased signed bytes as prmt(w | 0x80…, 0x80… − w, sel).
-TANDEM_HD uint32_t signed4_biased(uint32_t w, uint32_t sel16) {
-  return prmt(w | 0x80808080u, 0x80808080u - w, sel16);
-}
-TANDEM_HD uint32_t ld16x2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }  // 2-byte aligned blocks
+// bytes; IQ3: two u32 of 4) and a sign pattern, its words turned into biased signed bytes by
+// signed4_biased (kernels_cuda.cuh).
 
 // IQ3_XXS / IQ3_S: one scale a group of 32, lane q takes group q (elements 8q … 8q + 7), as IQ2_XXS.
 // These and IQ2_XS / IQ2_S run tile by tile: both m16 tiles' fragments at once spilled 8–104 bytes at
 // the 128-register bound (ptxas), one at a time none.
-struct MmaIQ3Place {
+struct MmaIQ3Place : PlaceRunsOf8 {
   static constexpr bool kScalePerStep = false;
   static constexpr bool kHasMin = false;
   static constexpr bool kTileByTile = true;
-  TANDEM_HD static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
 };
 template <>
 struct Mma<DecIQ3_XXS> : MmaIQ3Place {
@@ -272,7 +262,7 @@ struct Mma<DecIQ3_XXS> : MmaIQ3Place {
     const uint32_t sel = at32(t.sgn, ((a >> (7 * q)) & 127u) << 2);
     h2_run8(signed4_biased(at32(t.g32, (ix & 0xFF) << 2), sel & 0xFFFF),
             signed4_biased(at32(t.g32, (ix >> 8) << 2), sel >> 16), w);
-    s[0] = s[1] = f16_bits(ld16(blk)) * (0.5f + float(a >> 28)) * 0.5f;
+    s[0] = s[1] = iq3xxs_scale(blk, a);
   }
 };
 template <>
@@ -284,14 +274,12 @@ struct Mma<DecIQ3_S> : MmaIQ3Place {
     const uint32_t sel = at32(t.sgn, ld8(blk + 74 + 4 * ib + q) << 2);
     const uint32_t o1 = ((ix & 0xFF) | (qh & 1) << 8) << 2, o2 = ((ix >> 8) | (qh & 2) << 7) << 2;
     h2_run8(signed4_biased(at32(t.g32, o1), sel & 0xFFFF), signed4_biased(at32(t.g32, o2), sel >> 16), w);
-    const uint32_t sc = ld8(blk + 106 + ib / 2);
-    s[0] = s[1] = f16_bits(ld16(blk)) * float(1 + 2 * int((sc >> (4 * (ib % 2))) & 15));
+    s[0] = s[1] = iq3s_scale(blk, ib);
   }
 };
 
 // IQ2_XS / IQ2_S: a scale a half of 16 (k-step j = half j); lane q takes elements 4q … 4q + 3 of each
 // half, i.e. the low (q even) or high (q odd) word of grid entry 2j + q / 2.
-template <class D>
 struct MmaIQ2Half {
   static constexpr bool kScalePerStep = true;
   static constexpr bool kHasMin = false;
@@ -309,7 +297,7 @@ struct MmaIQ2Half {
   }
 };
 template <>
-struct Mma<DecIQ2_XS> : MmaIQ2Half<DecIQ2_XS> {
+struct Mma<DecIQ2_XS> : MmaIQ2Half {
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ2_XS::kBytes;
     const int ib = u & 7;
@@ -324,7 +312,7 @@ struct Mma<DecIQ2_XS> : MmaIQ2Half<DecIQ2_XS> {
   }
 };
 template <>
-struct Mma<DecIQ2_S> : MmaIQ2Half<DecIQ2_S> {
+struct Mma<DecIQ2_S> : MmaIQ2Half {
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ2_S::kBytes;
     const int ib = u & 7;
@@ -351,25 +339,19 @@ TANDEM_HD uint32_t h2_plus(uint32_t h2, float delta) {
 #endif
 }
 template <>
-struct Mma<DecIQ1_M> : MmaIQ2Half<DecIQ1_M> {
+struct Mma<DecIQ1_M> : MmaIQ2Half {
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables& t, uint32_t (&w)[4], float (&s)[2]) {
     const uint8_t* blk = c + (u >> 3) * DecIQ1_M::kBytes;
     const int ib = u & 7;
     const DecIQ1_M::Unit un = DecIQ1_M::load(blk, ib);  // d, the unit's sub-scale bits, qs, qh
-    const uint32_t sc = un.sc, qs = un.qs, qh = un.qh;
-    const float d = un.d;
-    const int g = q >> 1;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int l = 2 * j + g;
-      const uint32_t h = (qh >> (8 * j)) & 255;  // groups 2j, 2j + 1 share qh byte j
-      const float delta = ((h >> (g ? 7 : 3)) & 1) ? -0.125f : 0.125f;
-      const uint32_t off = (shr(qs, 8 * l - 3) & 0x7F8) | (shr(h, g ? -7 : -11) & 0x3800);
-      const uint64_t e = at64(t.g64, off);
+      float delta;
+      const uint64_t e = DecIQ1_M::entry(un, t, j, q >> 1, delta);  // group 2j + q / 2
       const uint32_t vals = ((q & 1) ? uint32_t(e >> 32) : uint32_t(e)) ^ 0x80808080u;
       w[2 * j] = h2_plus(h2_of_biased(vals, 0x4140), delta);
       w[2 * j + 1] = h2_plus(h2_of_biased(vals, 0x4342), delta);
-      s[j] = d * float(2 * int((sc >> (3 * j)) & 7) + 1);
+      s[j] = DecIQ1_M::half_scale(un, j);
     }
   }
 };
@@ -379,11 +361,10 @@ struct Mma<DecIQ1_M> : MmaIQ2Half<DecIQ1_M> {
 // activation row and group from its split kernel and folds both (kHasMin). Lane q takes elements 8q … 8q + 7
 // of the unit (qs bytes 8q … 8q + 7 of its 32-byte chunk, the nibble of its parity, Q5_K's bit of qh).
 template <bool kHigh5>
-struct Mma<DecK45<kHigh5>> {
+struct Mma<DecK45<kHigh5>> : PlaceRunsOf8 {
   static constexpr bool kScalePerStep = false;
   static constexpr bool kHasMin = true;
   static constexpr bool kTileByTile = false;
-  TANDEM_HD static void place(int e, int& q, int& slot) { q = e >> 3, slot = e & 7; }
   TANDEM_HD static void group(const uint8_t* c, int u, int q, const Tables&, uint32_t (&w)[4], float (&s)[2],
                               float (&o)[2]) {
     using D = DecK45<kHigh5>;

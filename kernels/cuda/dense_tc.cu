@@ -465,17 +465,6 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
 // The most F16 chunks a GEMM block's exponent table holds (k ≤ 65536); above, F16 stays on SIMT.
 constexpr int64_t kMaxF16Chunks = 256;
 
-// Read once per process (as the GGUF and EXL3 kernels do): every matmul call asks for it.
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    check_cuda(cudaGetDevice(&dev), "dense tc: device");
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "dense tc: SM count");
-    return n;
-  }();
-  return sms;
-}
-
 // The opt-in above 48 KB of dynamic shared memory, once per device for each kernel (it is a property
 // of the device's function).
 template <auto Kernel>

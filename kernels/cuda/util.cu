@@ -15,6 +15,16 @@ int device_count() {
   return n;
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, c = 0;
+    check_cuda(cudaGetDevice(&dev), "cuda: device");
+    check_cuda(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev), "cuda: SM count");
+    return c;
+  }();
+  return n;
+}
+
 bool env_is_one(const char* name) {
   const char* e = std::getenv(name);
   return e && e[0] == '1' && e[1] == '\0';

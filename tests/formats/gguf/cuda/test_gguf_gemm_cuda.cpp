@@ -2,9 +2,10 @@
 // of more than 16 × 32 items) for the types with a tensor-core decoder, against the CPU kernels on
 // fresh random blocks with poisoned outputs: n = 17, 40, 150, 512 over shapes whose m is not a
 // multiple of the 128-row tile, k = 256 and 4096 and a k of an odd number of 64-element steps; a
-// row's bits independent of n, of the block tiling (TANDEM_GGUF_GEMM_WM) and run to run; n ≤ 16 still the GEMV's bits; the grouped gather with
-// ragged groups, experts without rows, one expert taking every row and ids out of range, every
-// epilogue, each gathered row bit-identical to its expert's own GEMM row. For NVFP4 and Q8_0 the
+// row's bits independent of n, of the block tiling (TANDEM_GGUF_GEMM_WM) and run to run; n ≤ 16
+// still the GEMV's bits; the grouped gather with ragged groups, experts without rows, one expert
+// taking every row and ids out of range, every epilogue, each gathered row bit-identical to its
+// expert's own GEMM row. For NVFP4 and Q8_0 the
 // one-copy readers (gemm_tc_cuda.cuh: GEMM, get_rows and dequantize from the repacked copy) against
 // the file-block ones (TANDEM_GGUF_ONE_COPY=0), bit for bit.
 #include <gtest/gtest.h>
@@ -25,8 +26,7 @@ namespace {
 
 using tandem::test::random_vec;
 
-// Every GGUF type with CUDA kernels: the lane-wise decoders (IQ2_XXS, NVFP4, Q8_0, Q6_K, IQ4_NL/IQ4_XS),
-// MmaFromDec's, Q4_K/Q5_K's min.
+// Every GGUF type with CUDA kernels, each with its lane-wise decoder (Q4_K/Q5_K's with the min).
 const char* const kGemmTypes[] = {"IQ2_XXS", "NVFP4", "Q8_0", "Q4_K",   "Q5_K",  "Q6_K",    "IQ4_NL",
                                   "IQ4_XS",  "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_M"};
 

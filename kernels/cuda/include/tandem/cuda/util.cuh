@@ -149,6 +149,8 @@ __device__ __forceinline__ void pdl_wait() {
 bool pdl_enabled();
 // True when the environment variable `name` is exactly "1" (the opt-in kernel switches).
 bool env_is_one(const char* name);
+// The current device's SM count, read once per process (launch plans ask for it at every call).
+int sm_count();
 
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
